@@ -1,0 +1,3 @@
+"""bertology: the BERT family in JAX/Flax."""
+
+__version__ = "0.1.0"
