@@ -1,0 +1,175 @@
+"""From tokenized documents to global training batches, deterministically.
+
+The stream is a sequence of *passes* over the training documents. Pass p is built from
+`(seed, p)` alone: instances (segment pairs) are created, shuffled, and — for static masking —
+masked once. Static masking reuses pass p mod dupe_factor, so exactly dupe_factor differently
+masked copies of the data exist, as in BERT's create_pretraining_data.py. Dynamic masking
+(RoBERTa) builds fresh pairs each pass and draws fresh masks for each batch from `(seed, step)`.
+
+The iterator state is three integers (pass, offset, step); it is saved with each checkpoint, so
+a resumed run sees exactly the batches an uninterrupted run would. Every process computes the
+same global batch order and keeps only its own rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import ml_collections
+import numpy as np
+
+from bertology.data.examples import create_pair_instances
+from bertology.data.masking import mask_tokens
+from bertology.data.tokenizers import Tokenizer
+from bertology.errors import UserError
+
+Batch = dict[str, np.ndarray]
+Document = Sequence[np.ndarray]
+
+# Stream ids keep the random streams of different purposes independent for the same seed.
+_PAIRS, _SHUFFLE, _MASK, _EVAL = 1, 2, 3, 4
+
+
+def _rng(seed: int, *stream: int) -> np.random.Generator:
+    return np.random.default_rng([seed, *stream])
+
+
+@dataclasses.dataclass
+class Masker:
+    """mask_tokens bound to a tokenizer's special ids and the config's masking rates."""
+
+    tokenizer: Tokenizer
+    max_predictions: int
+    masked_lm_prob: float
+
+    def __call__(self, input_ids: np.ndarray, rng: np.random.Generator) -> Batch:
+        t = self.tokenizer
+        return mask_tokens(
+            input_ids,
+            rng,
+            vocab_size=t.vocab_size,
+            mask_id=t.mask_id,
+            special_ids=(t.cls_id, t.sep_id, t.pad_id, t.mask_id),
+            max_predictions=self.max_predictions,
+            masked_lm_prob=self.masked_lm_prob,
+        )
+
+
+def make_instances(documents: Sequence[Document], cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
+                   rng: np.random.Generator) -> Batch:
+    """Unmasked instances (input_ids, segment_ids, input_mask, next_sentence_label) of one pass."""
+    inst = create_pair_instances(
+        documents,
+        max_seq_length=cfg.max_seq_length,
+        short_seq_prob=cfg.short_seq_prob,
+        cls_id=tokenizer.cls_id,
+        sep_id=tokenizer.sep_id,
+        pad_id=tokenizer.pad_id,
+        rng=rng,
+    )
+    return {
+        "input_ids": inst.input_ids,
+        "segment_ids": inst.segment_ids,
+        "input_mask": inst.input_mask,
+        "next_sentence_label": inst.next_sentence_label,
+    }
+
+
+class PretrainingStream:
+    """Global batches of `batch_size` rows; this process gets rows [start, stop)."""
+
+    def __init__(
+        self,
+        documents: Sequence[Document],
+        tokenizer: Tokenizer,
+        cfg: ml_collections.ConfigDict,
+        *,
+        batch_size: int,
+        seed: int,
+        process_index: int = 0,
+        process_count: int = 1,
+    ):
+        if cfg.masking not in ("static", "dynamic"):
+            raise UserError(f"data.masking={cfg.masking!r} is unknown; use 'static' or 'dynamic'")
+        if batch_size % process_count:
+            raise UserError(f"batch_size {batch_size} is not divisible by the {process_count} processes")
+        self.documents = documents
+        self.tokenizer = tokenizer
+        self.cfg = cfg
+        self.batch_size = batch_size
+        self.seed = seed
+        rows = batch_size // process_count
+        self.rows = slice(process_index * rows, (process_index + 1) * rows)
+        self.mask = Masker(tokenizer, cfg.max_predictions_per_seq, cfg.masked_lm_prob)
+        self.state = {"pass": 0, "offset": 0, "step": 0}
+        self._pass_id: int | None = None
+        self._pass: Batch = {}
+
+    def _build_pass(self, p: int) -> Batch:
+        """Pass p: shuffled instances, masked now if masking is static."""
+        static = self.cfg.masking == "static"
+        source = p % self.cfg.dupe_factor if static else p
+        inst = make_instances(self.documents, self.cfg, self.tokenizer, _rng(self.seed, _PAIRS, source))
+        if len(inst["input_ids"]) == 0:
+            raise UserError("the corpus produced no training instances; give it more text")
+        order = _rng(self.seed, _SHUFFLE, source).permutation(len(inst["input_ids"]))
+        inst = {k: v[order] for k, v in inst.items()}
+        if static:
+            inst.update(self.mask(inst["input_ids"], _rng(self.seed, _MASK, source)))
+        return inst
+
+    def _current_pass(self) -> Batch:
+        if self._pass_id != self.state["pass"]:
+            self._pass = self._build_pass(self.state["pass"])
+            self._pass_id = self.state["pass"]
+        return self._pass
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Batch:
+        parts: list[Batch] = []
+        need = self.batch_size
+        while need:
+            inst = self._current_pass()
+            n = len(inst["input_ids"])
+            take = min(need, n - self.state["offset"])
+            lo = self.state["offset"]
+            parts.append({k: v[lo : lo + take] for k, v in inst.items()})
+            need -= take
+            self.state["offset"] += take
+            if self.state["offset"] == n:
+                self.state["pass"] += 1
+                self.state["offset"] = 0
+        batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        if self.cfg.masking == "dynamic":
+            batch.update(self.mask(batch["input_ids"], _rng(self.seed, _MASK, self.state["step"])))
+        self.state["step"] += 1
+        return {k: v[self.rows] for k, v in batch.items()}
+
+    def get_state(self) -> dict[str, int]:
+        return dict(self.state)
+
+    def set_state(self, state: dict[str, int]) -> None:
+        self.state = {k: int(state[k]) for k in ("pass", "offset", "step")}
+
+
+def eval_batches(
+    documents: Sequence[Document],
+    tokenizer: Tokenizer,
+    cfg: ml_collections.ConfigDict,
+    *,
+    batch_size: int,
+    num_batches: int,
+    seed: int,
+) -> list[Batch]:
+    """A fixed list of masked held-out batches, so eval numbers compare across steps and runs."""
+    inst = make_instances(documents, cfg, tokenizer, _rng(seed, _EVAL, 0))
+    n = len(inst["input_ids"])
+    if n == 0:
+        raise UserError("the validation split produced no instances; give the corpus more documents")
+    idx = np.arange(batch_size * num_batches) % n
+    inst = {k: v[idx] for k, v in inst.items()}
+    inst.update(Masker(tokenizer, cfg.max_predictions_per_seq, cfg.masked_lm_prob)(inst["input_ids"], _rng(seed, _EVAL, 1)))
+    return [{k: v[i * batch_size : (i + 1) * batch_size] for k, v in inst.items()} for i in range(num_batches)]

@@ -1,0 +1,67 @@
+"""Orbax checkpoints of the train state plus the data iterator's position.
+
+Orbax writes each step into a temporary directory and renames it when complete, so a crash
+mid-save never leaves a half checkpoint that resume would pick up. Before restoring, shapes are
+checked against the current config so a mismatch fails with one line naming the tensor.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from bertology.errors import UserError
+
+
+class Checkpointer:
+    def __init__(self, workdir: str | pathlib.Path, keep: int):
+        self.directory = pathlib.Path(workdir).absolute() / "checkpoints"
+        self.manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+        )
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def save(self, step: int, state: dict, data_state: dict) -> None:
+        self.manager.save(
+            step,
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)),
+        )
+
+    def restore(self, step: int, abstract_state: dict) -> tuple[dict, dict]:
+        """Restore into the shapes, dtypes and shardings of `abstract_state` (a dict with `params`)."""
+        saved = self.manager.item_metadata(step)["state"]["params"]
+        check_shapes(saved, abstract_state["params"], self.directory / str(step))
+        restored = self.manager.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()
+            ),
+        )
+        return restored["state"], restored["data"]
+
+    def wait(self) -> None:
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.close()
+
+
+def check_shapes(saved: Any, expected: Any, where: pathlib.Path) -> None:
+    """Fail with the first tensor whose saved shape differs from what the config builds."""
+    saved_leaves = dict(jax.tree_util.tree_leaves_with_path(saved))
+    for path, leaf in jax.tree_util.tree_leaves_with_path(expected):
+        name = jax.tree_util.keystr(path)
+        if path not in saved_leaves:
+            raise UserError(f"checkpoint {where} has no tensor {name}; it was written by a different model config")
+        got = tuple(saved_leaves[path].shape)
+        if got != tuple(leaf.shape):
+            raise UserError(
+                f"checkpoint {where}: tensor {name} has shape {got} but the config builds {tuple(leaf.shape)}; "
+                "use the config the checkpoint was trained with, or a fresh --workdir"
+            )

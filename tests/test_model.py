@@ -1,0 +1,144 @@
+"""The encoder and BERT heads against an independent float64 numpy forward pass."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import erf
+
+from bertology.errors import UserError
+from bertology.models import bert
+from bertology.models.encoder import EncoderConfig
+from bertology.models.presets import BERT_SIZES, bert_preset
+
+B, L, P, V = 3, 16, 4, 97
+
+
+def _batch(rng):
+    lengths = np.array([L, 11, 6])
+    mask = (np.arange(L)[None] < lengths[:, None]).astype(np.int32)
+    ids = rng.integers(5, V, (B, L)) * mask
+    seg = ((np.arange(L)[None] >= lengths[:, None] // 2) * mask).astype(np.int32)
+    pos = np.stack([np.sort(rng.choice(n, P, replace=False)) for n in lengths]).astype(np.int32)
+    return dict(input_ids=ids.astype(np.int32), input_mask=mask, segment_ids=seg, masked_positions=pos)
+
+
+def _ln(x, p, eps=1e-12):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+
+
+def _dense(x, p, spec):
+    return np.einsum(spec, x, p["kernel"]) + p["bias"]
+
+
+def numpy_bert(p, cfg, batch):
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), p)
+    e = p["encoder"]["embeddings"]
+    ids, mask, seg = batch["input_ids"], batch["input_mask"], batch["segment_ids"]
+    x = e["token"]["embedding"][ids] + e["position"]["embedding"][np.arange(L)] + e["segment"]["embedding"][seg]
+    x = _ln(x, e["norm"])
+    for i in range(cfg.num_layers):
+        a = p["encoder"][f"attention_{i}"]
+        q, k, v = (_dense(x, a[n], "bld,dhk->blhk") for n in ("query", "key", "value"))
+        s = np.einsum("bqhk,bthk->bhqt", q, k) / np.sqrt(cfg.head_dim)
+        s = s + np.where(mask[:, None, None, :] > 0, 0.0, -1e30)
+        w = np.exp(s - s.max(-1, keepdims=True))
+        w /= w.sum(-1, keepdims=True)
+        ctx = np.einsum("bhqt,bthk->bqhk", w, v)
+        x = _ln(x + _dense(ctx, a["output"], "bqhk,hkd->bqd"), a["norm"])
+        f = p["encoder"][f"ffn_{i}"]
+        h = _gelu(_dense(x, f["intermediate"], "bld,df->blf"))
+        x = _ln(x + _dense(h, f["output"], "blf,fd->bld"), f["norm"])
+    pooled = np.tanh(_dense(x[:, 0], p["encoder"]["pooler"], "bd,de->be"))
+    hidden = np.take_along_axis(x, batch["masked_positions"][..., None], axis=1)
+    t = _ln(_gelu(_dense(hidden, p["mlm"]["transform"], "bpd,de->bpe")), p["mlm"]["norm"])
+    mlm = t @ e["token"]["embedding"].T + p["mlm"]["bias"]
+    nsp = _dense(pooled, p["nsp"]["dense"], "bd,dc->bc")
+    return x, mlm, nsp
+
+
+def test_bert_matches_numpy_reference():
+    cfg = EncoderConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                        max_position_embeddings=L)
+    batch = _batch(np.random.default_rng(0))
+    model = bert.Model(cfg)
+    params = nn.meta.unbox(model.init(jax.random.key(1), batch)["params"])
+    # Give biases and LayerNorm parameters non-trivial values, so they are exercised too.
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(2), len(leaves))
+    params = jax.tree.unflatten(tree, [l + 0.1 * jax.random.normal(k, l.shape) for l, k in zip(leaves, keys)])
+    out = model.apply({"params": params}, batch)
+    _, mlm, nsp = numpy_bert(params, cfg, batch)
+    np.testing.assert_allclose(out["mlm_logits"], mlm, atol=2e-4, rtol=1e-4)
+    np.testing.assert_allclose(out["nsp_logits"], nsp, atol=2e-4, rtol=1e-4)
+
+
+def test_padding_does_not_leak_into_real_positions():
+    cfg = EncoderConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                        max_position_embeddings=L)
+    batch = _batch(np.random.default_rng(3))
+    model = bert.Model(cfg)
+    params = model.init(jax.random.key(0), batch)["params"]
+    other = dict(batch, input_ids=np.where(batch["input_mask"] > 0, batch["input_ids"], 7))
+    a = model.apply({"params": params}, batch)
+    b = model.apply({"params": params}, other)
+    np.testing.assert_allclose(a["mlm_logits"], b["mlm_logits"], atol=1e-5)
+    np.testing.assert_allclose(a["nsp_logits"], b["nsp_logits"], atol=1e-5)
+
+
+def _expected_count(layers, h, heads, ff, vocab, positions=512, types=2):
+    embeddings = (vocab + positions + types) * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h + (h * ff + ff) + (ff * h + h) + 2 * h
+    pooler = h * h + h
+    mlm = h * h + h + 2 * h + vocab
+    nsp = 2 * h + 2
+    return embeddings + layers * layer + pooler + mlm + nsp
+
+
+@pytest.mark.parametrize("preset", list(BERT_SIZES))
+def test_parameter_counts_per_preset(preset):
+    cfg = EncoderConfig(vocab_size=30522, **bert_preset(preset))
+    batch = jax.tree.map(jnp.asarray, _batch(np.random.default_rng(0)))
+    shapes = jax.eval_shape(lambda: bert.Model(cfg).init(jax.random.key(0), batch))["params"]
+    count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nn.meta.unbox(shapes)))
+    layers, h, heads = BERT_SIZES[preset]
+    assert count == _expected_count(layers, h, heads, 4 * h, 30522)
+    if preset == "base":
+        assert count == 110_106_428  # Hugging Face BertForPreTraining(bert-base-uncased) has exactly this many
+    if preset == "large":
+        assert abs(count - 340e6) / 340e6 < 0.02  # the paper rounds 336.2M to "340M"
+
+
+def test_every_parameter_has_logical_axis_names():
+    cfg = EncoderConfig(vocab_size=V, hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
+    batch = jax.tree.map(jnp.asarray, _batch(np.random.default_rng(0)))
+    boxed = jax.eval_shape(lambda: bert.Model(cfg).init(jax.random.key(0), batch))["params"]
+    leaves = jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+    assert leaves and all(isinstance(x, nn.LogicallyPartitioned) for x in leaves)
+    assert all(len(x.names) == len(x.value.shape) for x in leaves)
+
+
+def test_bfloat16_compute_keeps_float32_params_and_close_outputs():
+    kw = dict(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=L)
+    batch = _batch(np.random.default_rng(0))
+    f32, bf16 = bert.Model(EncoderConfig(**kw)), bert.Model(EncoderConfig(dtype="bfloat16", **kw))
+    params = f32.init(jax.random.key(0), batch)["params"]
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(bf16.init(jax.random.key(0), batch)["params"]))
+    a = f32.apply({"params": params}, batch)["mlm_logits"]
+    b = bf16.apply({"params": params}, batch)["mlm_logits"]
+    assert b.dtype == jnp.float32
+    assert 0 < float(jnp.max(jnp.abs(a - b))) < 0.1
+
+
+def test_bad_model_config_is_a_user_error():
+    with pytest.raises(UserError, match="not divisible"):
+        EncoderConfig(hidden_size=100, num_heads=3)
+    with pytest.raises(UserError, match="unknown preset 'huge'"):
+        bert_preset("huge")
