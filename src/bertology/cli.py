@@ -25,6 +25,21 @@ def _clean(message: str) -> str:
     return message
 
 
+def _config_path(argv: list[str]) -> str:
+    for i, a in enumerate(argv):
+        if a.startswith("--config="):
+            return a.split("=", 1)[1].split(":")[0]
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1].split(":")[0]
+    return "?"
+
+
+def _unknown_key(key: str, argv: list[str]) -> str:
+    flag = next((a.split("=")[0] for a in argv if a.startswith("--config.") and key in a.split("=")[0].split(".")),
+                f"--config...{key}")
+    return f"unknown config key {flag[len('--config.'):]!r} ({flag}); check the spelling against the config file"
+
+
 def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[], None] | None = None,
         argv: list[str] | None = None) -> int:
     """Parse flags (`--config` plus whatever `define` adds), then call `main(FLAGS)`."""
@@ -34,8 +49,16 @@ def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[]
         define(fv)
     argv = sys.argv if argv is None else argv
     try:
-        fv(argv)
-        if fv.config is None:
+        try:
+            fv(argv)
+            config = fv.config
+            if config is not None:
+                config.to_dict()  # a config that failed to load only raises when first used
+        except (AttributeError, KeyError) as e:  # ml_collections: an override names a missing key
+            raise UserError(_unknown_key(str(e).strip("\"'"), argv)) from None
+        except OSError:  # ml_collections could not load the config file
+            raise UserError(f"config file not found: {_config_path(argv)}; e.g. --config configs/bert.py:tiny") from None
+        if config is None:
             raise UserError("no --config given; e.g. --config configs/bert.py:tiny")
         main(fv)
     except (UserError, flags.Error) as e:

@@ -48,6 +48,8 @@ class EncoderConfig:
     attention_mask: str = "padding"  # padding | packed (no attention across packed documents)
     dtype: str = "float32"  # compute dtype; parameters always stay float32
     remat: str = "none"  # none | full | dots_saveable
+    position_offset: int = 0  # first position id (RoBERTa's tables start after the padding index: 2)
+    adapter_size: int | None = None  # Houlsby adapters' bottleneck width; None: no adapters
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads:
@@ -93,6 +95,17 @@ def ones(names: tuple[str | None, ...]) -> nn.initializers.Initializer:
     return nn.with_logical_partitioning(nn.initializers.ones_init(), names)
 
 
+def dense(cfg: EncoderConfig, features: int, names: tuple[str | None, str | None], name: str) -> nn.Dense:
+    """A BERT-initialised Dense layer whose kernel is tagged (input axis, output axis)."""
+    return nn.Dense(
+        features,
+        kernel_init=init(cfg, names),
+        bias_init=zeros(names[1:]),
+        dtype=cfg.compute_dtype,
+        name=name,
+    )
+
+
 def layer_norm(cfg: EncoderConfig, name: str) -> nn.LayerNorm:
     return nn.LayerNorm(
         epsilon=cfg.layer_norm_eps,
@@ -116,39 +129,89 @@ def attention_bias(kind: str, input_mask: Array, segment_ids: Array | None, dtyp
     return jnp.where(allowed, 0.0, jnp.finfo(dtype).min).astype(dtype)
 
 
+class Adapter(nn.Module):
+    """Houlsby et al. 2019: a residual bottleneck (down, GELU, up) inserted after a sublayer.
+
+    The up-projection starts at zero, so a freshly added adapter is the identity and fine-tuning
+    starts from the pretrained network's function.
+    """
+
+    cfg: EncoderConfig
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        cfg = self.cfg
+        h = nn.gelu(dense(cfg, cfg.adapter_size, ("embed", "mlp"), "down")(x), approximate=False)
+        up = nn.Dense(
+            cfg.hidden_size,
+            kernel_init=zeros(("mlp", "embed")),
+            bias_init=zeros(("embed",)),
+            dtype=cfg.compute_dtype,
+            name="up",
+        )
+        return x + up(h)
+
+
+def sublayer_output(cfg: EncoderConfig, x: Array, out: Array, deterministic: bool) -> Array:
+    """Dropout, optional adapter, residual and post-LN: how every sublayer ends."""
+    out = nn.Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
+    if cfg.adapter_size:
+        out = Adapter(cfg, name="adapter")(out)
+    return layer_norm(cfg, "norm")(x + out)
+
+
+class HeadsDense(nn.Module):
+    """Dense layer into (`to_heads`) or out of the [heads, kv] layout, kernel kept 3-D.
+
+    flax's DenseGeneral initialises a flattened 2-D kernel and reshapes it, which clashes with the
+    3-D logical axis names once a mesh is active; an explicit einsum keeps one name per axis.
+    """
+
+    cfg: EncoderConfig
+    to_heads: bool
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        cfg = self.cfg
+        heads = (cfg.num_heads, cfg.head_dim)
+        if self.to_heads:
+            shape, names, equation = (cfg.hidden_size, *heads), ("embed", "heads", "kv"), "...e,ehd->...hd"
+            bias_shape, bias_names = heads, ("heads", "kv")
+        else:
+            shape, names, equation = (*heads, cfg.hidden_size), ("heads", "kv", "embed"), "...hd,hde->...e"
+            bias_shape, bias_names = (cfg.hidden_size,), ("embed",)
+        kernel = self.param("kernel", init(cfg, names), shape)
+        bias = self.param("bias", zeros(bias_names), bias_shape)
+        x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias, dtype=cfg.compute_dtype)
+        return jnp.einsum(equation, x, kernel) + bias
+
+
 class SelfAttention(nn.Module):
-    """Multi-head scaled dot-product self-attention, then residual and post-LN."""
+    """Multi-head scaled dot-product self-attention, then residual and post-LN.
+
+    Without attention dropout (evaluation, or a rate of 0) it goes through the fused
+    `jax.nn.dot_product_attention`; dropout on the probabilities needs the explicit softmax.
+    """
 
     cfg: EncoderConfig
 
     @nn.compact
     def __call__(self, x: Array, bias: Array, deterministic: bool) -> Array:
         cfg = self.cfg
-        dense = functools.partial(
-            nn.DenseGeneral,
-            features=(cfg.num_heads, cfg.head_dim),
-            kernel_init=init(cfg, ("embed", "heads", "kv")),
-            bias_init=zeros(("heads", "kv")),
-            dtype=cfg.compute_dtype,
-        )
-        q = dense(name="query")(x)
-        k = dense(name="key")(x)
-        v = dense(name="value")(x)
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(cfg.head_dim).astype(q.dtype)
-        probs = jax.nn.softmax(scores.astype(jnp.float32) + bias, axis=-1).astype(q.dtype)
-        probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
-        ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        q = HeadsDense(cfg, to_heads=True, name="query")(x)
+        k = HeadsDense(cfg, to_heads=True, name="key")(x)
+        v = HeadsDense(cfg, to_heads=True, name="value")(x)
+        bias = bias.astype(q.dtype)
+        if deterministic or cfg.attention_dropout_rate == 0.0:
+            ctx = jax.nn.dot_product_attention(q, k, v, bias=bias)
+        else:
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(cfg.head_dim).astype(q.dtype)
+            probs = jax.nn.softmax(scores.astype(jnp.float32) + bias, axis=-1).astype(q.dtype)
+            probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
+            ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
         ctx = nn.with_logical_constraint(ctx, ("batch", "length", "heads", "kv"))
-        out = nn.DenseGeneral(
-            features=cfg.hidden_size,
-            axis=(-2, -1),
-            kernel_init=init(cfg, ("heads", "kv", "embed")),
-            bias_init=zeros(("embed",)),
-            dtype=cfg.compute_dtype,
-            name="output",
-        )(ctx)
-        out = nn.Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
-        return layer_norm(cfg, "norm")(x + out)
+        out = HeadsDense(cfg, to_heads=False, name="output")(ctx)
+        return sublayer_output(cfg, x, out, deterministic)
 
 
 class FeedForward(nn.Module):
@@ -159,24 +222,11 @@ class FeedForward(nn.Module):
     @nn.compact
     def __call__(self, x: Array, deterministic: bool) -> Array:
         cfg = self.cfg
-        h = nn.Dense(
-            cfg.intermediate_size,
-            kernel_init=init(cfg, ("embed", "mlp")),
-            bias_init=zeros(("mlp",)),
-            dtype=cfg.compute_dtype,
-            name="intermediate",
-        )(x)
+        h = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate")(x)
         h = nn.gelu(h, approximate=False)
         h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
-        h = nn.Dense(
-            cfg.hidden_size,
-            kernel_init=init(cfg, ("mlp", "embed")),
-            bias_init=zeros(("embed",)),
-            dtype=cfg.compute_dtype,
-            name="output",
-        )(h)
-        h = nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
-        return layer_norm(cfg, "norm")(x + h)
+        h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output")(h)
+        return sublayer_output(cfg, x, h, deterministic)
 
 
 def _remat(module_cls: type[nn.Module], policy: str) -> type[nn.Module]:
@@ -207,13 +257,7 @@ class Embeddings(nn.Module):
         self.norm = layer_norm(cfg, "norm")
         self.dropout = nn.Dropout(cfg.dropout_rate)
         if cfg.embedding_size is not None:
-            self.projection = nn.Dense(
-                cfg.hidden_size,
-                kernel_init=init(cfg, ("embed", "hidden")),
-                bias_init=zeros(("hidden",)),
-                dtype=cfg.compute_dtype,
-                name="projection",
-            )
+            self.projection = dense(cfg, cfg.hidden_size, ("embed", "hidden"), "projection")
 
     def __call__(self, input_ids: Array, segment_ids: Array, positions: Array, deterministic: bool) -> Array:
         x = self.token(input_ids) + self.position(positions) + self.segment(segment_ids)
@@ -246,13 +290,7 @@ class Encoder(nn.Module):
         ffn_cls = _remat(FeedForward, cfg.remat)
         self.attention = [attn_cls(cfg, name=f"attention_{i}") for i in range(n_attn)]
         self.ffn = [ffn_cls(cfg, name=f"ffn_{i}") for i in range(n_ffn)]
-        self.pooler = nn.Dense(
-            cfg.hidden_size,
-            kernel_init=init(cfg, ("embed", "hidden")),
-            bias_init=zeros(("hidden",)),
-            dtype=cfg.compute_dtype,
-            name="pooler",
-        )
+        self.pooler = dense(cfg, cfg.hidden_size, ("embed", "hidden"), "pooler")
 
     def __call__(
         self,
@@ -268,7 +306,7 @@ class Encoder(nn.Module):
         if segment_ids is None:
             segment_ids = jnp.zeros_like(input_ids)
         if positions is None:
-            positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+            positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]) + cfg.position_offset, input_ids.shape)
         x = self.embeddings(input_ids, segment_ids, positions, deterministic)
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
         bias = attention_bias(cfg.attention_mask, input_mask, packing_ids, jnp.float32)

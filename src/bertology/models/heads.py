@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertology.models.encoder import EncoderConfig, init, layer_norm, zeros
+from bertology.models.encoder import EncoderConfig, dense, layer_norm, zeros
 
 Array = jax.Array
 
@@ -35,13 +35,7 @@ class MaskedLMHead(nn.Module):
     @nn.compact
     def __call__(self, hidden: Array, attend: Callable[[Array], Array]) -> Array:
         cfg = self.cfg
-        x = nn.Dense(
-            cfg.embed_dim,
-            kernel_init=init(cfg, ("hidden", "embed")),
-            bias_init=zeros(("embed",)),
-            dtype=cfg.compute_dtype,
-            name="transform",
-        )(hidden)
+        x = dense(cfg, cfg.embed_dim, ("hidden", "embed"), "transform")(hidden)
         x = layer_norm(cfg, "norm")(nn.gelu(x, approximate=False))
         bias = self.param("bias", zeros(("vocab",)), (cfg.vocab_size,), jnp.float32)
         return attend(x).astype(jnp.float32) + bias
@@ -55,10 +49,4 @@ class ClassifierHead(nn.Module):
 
     @nn.compact
     def __call__(self, pooled: Array) -> Array:
-        return nn.Dense(
-            self.num_classes,
-            kernel_init=init(self.cfg, ("hidden", None)),
-            bias_init=zeros((None,)),
-            dtype=self.cfg.compute_dtype,
-            name="dense",
-        )(pooled).astype(jnp.float32)
+        return dense(self.cfg, self.num_classes, ("hidden", None), "dense")(pooled).astype(jnp.float32)

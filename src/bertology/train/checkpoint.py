@@ -7,10 +7,12 @@ checked against the current config so a mismatch fails with one line naming the 
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from bertology.errors import UserError
@@ -22,6 +24,7 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+            item_handlers={"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()},
         )
 
     def latest_step(self) -> int | None:
@@ -50,6 +53,32 @@ class Checkpointer:
 
     def close(self) -> None:
         self.manager.close()
+
+
+def load_params(workdir: str | pathlib.Path, step: int | None = None) -> tuple[Any, dict]:
+    """A pretraining run's parameters (host numpy arrays) and its config dict, for fine-tuning or export.
+
+    `workdir` is what `bertology.pretrain --workdir` wrote: `config.json` and `checkpoints/`.
+    """
+    workdir = pathlib.Path(workdir)
+    config_file = workdir / "config.json"
+    if not config_file.exists():
+        raise UserError(f"{workdir} is not a bertology run (no config.json); pass the --workdir of a pretraining run")
+    directory = workdir.absolute() / "checkpoints"
+    with ocp.CheckpointManager(directory, item_handlers={"state": ocp.PyTreeCheckpointHandler(), "data": ocp.JsonCheckpointHandler()}) as manager:
+        step = manager.latest_step() if step is None else step
+        if step is None:
+            raise UserError(f"{directory} holds no checkpoint; train first or pass another workdir")
+        meta = manager.item_metadata(step)["state"]
+        abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), dict(meta))
+        abstract = {"params": abstract["params"]}
+        restored = manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+                abstract, restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract),
+                partial_restore=True))
+        )
+    params = jax.tree.map(np.asarray, restored["state"]["params"])
+    return params, json.loads(config_file.read_text())
 
 
 def check_shapes(saved: Any, expected: Any, where: pathlib.Path) -> None:

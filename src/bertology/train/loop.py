@@ -72,7 +72,7 @@ def make_train_step(
             grads, metrics = jax.tree.map(lambda x: x / k, (grads, metrics))
         updates, opt_state = tx.update(grads, state["opt_state"], params)
         new_state = {"step": state["step"] + 1, "params": optax.apply_updates(params, updates), "opt_state": opt_state}
-        metrics = {**metrics, "learning_rate": lr(state["step"]), "grad_norm": optax.global_norm(grads)}
+        metrics = {**metrics, "learning_rate": lr(state["step"]), "grad_norm": optax.tree.norm(grads)}
         return new_state, metrics
 
     return step
@@ -90,6 +90,13 @@ def resolve_vocab(config: ml_collections.ConfigDict) -> tuple[pathlib.Path, Any]
             "unset model.vocab_size or use the matching vocab"
         )
     return path, tokenizer
+
+
+def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
+    """Keep the resolved config beside the checkpoints: fine-tuning and export rebuild the model from it."""
+    if jax.process_index() == 0:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
 
 
 class Preemption:
@@ -113,6 +120,8 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
     mesh = sharding.make_mesh(config.mesh)
     rules = sharding.rules_from_config(config.mesh.rules)
     vocab_path, tokenizer = resolve_vocab(config)
+    config.data.vocab = str(vocab_path)
+    write_config(config, workdir)
     corpus = config.data.corpus or embedded_corpus_path()
     docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log)
     if config.batch_size % config.grad_accum_steps:
@@ -157,7 +166,7 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
         else:
             abstract = jax.tree.map(
                 lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                nn.meta.unbox(jax.eval_shape(init_boxed, key)),
+                jax.eval_shape(lambda k: nn.meta.unbox(init_boxed(k)), key),
                 state_shardings,
             )
             state, data_state = checkpointer.restore(latest, abstract)
