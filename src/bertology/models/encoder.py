@@ -50,6 +50,7 @@ class EncoderConfig:
     remat: str = "none"  # none | full | dots_saveable
     position_offset: int = 0  # first position id (RoBERTa's tables start after the padding index: 2)
     adapter_size: int | None = None  # Houlsby adapters' bottleneck width; None: no adapters
+    pooler: bool = True  # dense+tanh on the first token; False (ELECTRA): `pooled` is that token as is
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads:
@@ -241,7 +242,8 @@ def _remat(module_cls: type[nn.Module], policy: str) -> type[nn.Module]:
 class Embeddings(nn.Module):
     """Token + learned absolute position + segment embeddings, LayerNorm, dropout.
 
-    With `embedding_size` set (ALBERT) the sum lives in E dimensions and is projected to H.
+    With `embedding_size` set (ALBERT, ELECTRA) the sum lives in E dimensions; the encoder then
+    projects it to its own H, so one table can serve two encoders of different widths.
     """
 
     cfg: EncoderConfig
@@ -256,15 +258,10 @@ class Embeddings(nn.Module):
         self.segment = embed(cfg.type_vocab_size, embedding_init=init(cfg, (None, "embed")), name="segment")
         self.norm = layer_norm(cfg, "norm")
         self.dropout = nn.Dropout(cfg.dropout_rate)
-        if cfg.embedding_size is not None:
-            self.projection = dense(cfg, cfg.hidden_size, ("embed", "hidden"), "projection")
 
     def __call__(self, input_ids: Array, segment_ids: Array, positions: Array, deterministic: bool) -> Array:
         x = self.token(input_ids) + self.position(positions) + self.segment(segment_ids)
-        x = self.dropout(self.norm(x), deterministic=deterministic)
-        if self.cfg.embedding_size is not None:
-            x = self.projection(x)
-        return x
+        return self.dropout(self.norm(x), deterministic=deterministic)
 
     def attend(self, x: Array) -> Array:
         """Logits against the token table: the output layer tied to the input embeddings."""
@@ -275,14 +272,21 @@ class Encoder(nn.Module):
     """Embeddings, N post-LN layers and the pooler. Returns every layer's output too.
 
     Layer sharing (`share_layers`) decides how many attention and feed-forward blocks exist:
-    one shared instance applied N times, or N distinct ones.
+    one shared instance applied N times, or N distinct ones. `shared_embeddings` lets a second
+    encoder use another's tables (ELECTRA's generator); it then owns no embedding parameters.
     """
 
     cfg: EncoderConfig
+    shared_embeddings: Embeddings | None = None
 
     def setup(self):
         cfg = self.cfg
-        self.embeddings = Embeddings(cfg, name="embeddings")
+        if self.shared_embeddings is None:
+            self.embeddings = Embeddings(cfg, name="embeddings")
+        else:
+            self.embeddings = self.shared_embeddings
+        if cfg.embedding_size is not None:
+            self.embeddings_projection = dense(cfg, cfg.hidden_size, ("embed", "hidden"), "embeddings_projection")
         n = cfg.num_layers
         n_attn = 1 if cfg.share_layers in ("all", "attention") else n
         n_ffn = 1 if cfg.share_layers in ("all", "ffn") else n
@@ -290,7 +294,8 @@ class Encoder(nn.Module):
         ffn_cls = _remat(FeedForward, cfg.remat)
         self.attention = [attn_cls(cfg, name=f"attention_{i}") for i in range(n_attn)]
         self.ffn = [ffn_cls(cfg, name=f"ffn_{i}") for i in range(n_ffn)]
-        self.pooler = dense(cfg, cfg.hidden_size, ("embed", "hidden"), "pooler")
+        if cfg.pooler:
+            self.pooler = dense(cfg, cfg.hidden_size, ("embed", "hidden"), "pooler")
 
     def __call__(
         self,
@@ -308,6 +313,8 @@ class Encoder(nn.Module):
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]) + cfg.position_offset, input_ids.shape)
         x = self.embeddings(input_ids, segment_ids, positions, deterministic)
+        if cfg.embedding_size is not None:
+            x = self.embeddings_projection(x)
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
         bias = attention_bias(cfg.attention_mask, input_mask, packing_ids, jnp.float32)
         layers = [x]
@@ -316,7 +323,7 @@ class Encoder(nn.Module):
             x = self.ffn[i % len(self.ffn)](x, deterministic)
             x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
             layers.append(x)
-        pooled = jnp.tanh(self.pooler(x[:, 0]))
+        pooled = jnp.tanh(self.pooler(x[:, 0])) if cfg.pooler else x[:, 0]
         return {"sequence": x, "pooled": pooled, "layers": layers}
 
     def attend(self, x: Array) -> Array:

@@ -1,0 +1,32 @@
+"""ALBERT for pretraining: a factorized, layer-sharing encoder with MLM and sentence-order heads.
+
+Factorization (`embedding_size` E < H) and cross-layer sharing (`share_layers`) are encoder
+settings; what ALBERT adds as a model is only the SOP classifier in place of NSP. The MLM head
+maps H back to E before the tied output projection.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+
+from bertology.models.encoder import Encoder, EncoderConfig
+from bertology.models.heads import ClassifierHead, MaskedLMHead, gather_positions
+
+
+class Model(nn.Module):
+    """Outputs `mlm_logits` [batch, max_predictions, vocab] and `sop_logits` [batch, 2]."""
+
+    cfg: EncoderConfig
+
+    def setup(self):
+        self.encoder = Encoder(self.cfg, name="encoder")
+        self.mlm = MaskedLMHead(self.cfg, name="mlm")
+        self.sop = ClassifierHead(self.cfg, num_classes=2, name="sop")
+
+    def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
+        out = self.encoder(
+            batch["input_ids"], batch["input_mask"], batch.get("segment_ids"), deterministic=deterministic
+        )
+        hidden = gather_positions(out["sequence"], batch["masked_positions"])
+        return {"mlm_logits": self.mlm(hidden, self.encoder.attend), "sop_logits": self.sop(out["pooled"])}

@@ -1,0 +1,98 @@
+"""ELECTRA: a small MLM generator and a discriminator that share token and position embeddings.
+
+The generator's width is `generator_fraction` of the discriminator's (heads = H/64, FF = 4H),
+and both read the discriminator's embedding tables (in E dimensions, each projecting to its own
+H). Sampling replacements sits in the objective, between the two calls below, so the model stays
+a pure function and no gradient can flow through the sampled tokens.
+
+Parameters: `discriminator/encoder` is a complete encoder (embeddings included), so fine-tuning
+and export take the discriminator alone; `generator/encoder` has no embedding tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from bertology.models.encoder import Encoder, EncoderConfig, Embeddings, dense
+from bertology.models.heads import MaskedLMHead, gather_positions
+
+Array = jax.Array
+EXTRA_KEYS = ("generator_fraction",)
+
+
+def generator_config(cfg: EncoderConfig, fraction: float) -> EncoderConfig:
+    """The generator's shape: hidden = fraction·H, heads = hidden/64 (at least 1), FF = 4·hidden.
+
+    The embedding width stays the discriminator's (E, or H when unfactorized) so the tables are shared.
+    """
+    hidden = max(int(cfg.hidden_size * fraction), 1)
+    heads = max(hidden // 64, 1)
+    return dataclasses.replace(
+        cfg,
+        hidden_size=hidden,
+        num_heads=heads,
+        intermediate_size=4 * hidden,
+        embedding_size=cfg.embed_dim if cfg.embed_dim != hidden else None,
+    )
+
+
+def from_config(cfg: EncoderConfig, model_config: ml_collections.ConfigDict) -> "Model":
+    return Model(cfg, generator_config(cfg, model_config.get("generator_fraction", 0.25)))
+
+
+class Discriminator(nn.Module):
+    """Encoder plus a per-token head (dense, GELU, dense to one logit): 'was this token replaced?'"""
+
+    cfg: EncoderConfig
+
+    def setup(self):
+        self.encoder = Encoder(self.cfg, name="encoder")
+        self.dense = dense(self.cfg, self.cfg.hidden_size, ("embed", "hidden"), "dense")
+        self.prediction = dense(self.cfg, 1, ("hidden", None), "prediction")
+
+    def __call__(self, batch: dict[str, Array], deterministic: bool) -> Array:
+        out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"), deterministic=deterministic)
+        h = nn.gelu(self.dense(out["sequence"]), approximate=False)
+        return self.prediction(h)[..., 0].astype(jnp.float32)
+
+
+class Generator(nn.Module):
+    """A narrow encoder on the discriminator's embeddings, with an MLM head at the masked positions."""
+
+    cfg: EncoderConfig
+    embeddings: Embeddings
+
+    def setup(self):
+        self.encoder = Encoder(self.cfg, shared_embeddings=self.embeddings, name="encoder")
+        self.mlm = MaskedLMHead(self.cfg, name="mlm")
+
+    def __call__(self, batch: dict[str, Array], deterministic: bool) -> Array:
+        out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"), deterministic=deterministic)
+        return self.mlm(gather_positions(out["sequence"], batch["masked_positions"]), self.encoder.attend)
+
+
+class Model(nn.Module):
+    """`generate(batch)` -> MLM logits at masked positions; `discriminate(batch)` -> per-token logits."""
+
+    cfg: EncoderConfig
+    generator_cfg: EncoderConfig
+
+    def setup(self):
+        self.discriminator = Discriminator(self.cfg, name="discriminator")
+        self.generator = Generator(self.generator_cfg, self.discriminator.encoder.embeddings, name="generator")
+
+    def generate(self, batch: dict[str, Array], *, deterministic: bool = True) -> Array:
+        return self.generator(batch, deterministic)
+
+    def discriminate(self, batch: dict[str, Array], *, deterministic: bool = True) -> Array:
+        return self.discriminator(batch, deterministic)
+
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
+        """Both networks on the same (uncorrupted) batch; used to create every parameter at init."""
+        return {"mlm_logits": self.generate(batch, deterministic=deterministic),
+                "disc_logits": self.discriminate(batch, deterministic=deterministic)}
