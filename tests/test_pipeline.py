@@ -8,7 +8,8 @@ import pytest
 
 from bertology.data.pipeline import PretrainingStream, eval_batches
 
-TOK = types.SimpleNamespace(vocab_size=1000, pad_id=0, cls_id=2, sep_id=3, mask_id=4, unk_id=1)
+TOK = types.SimpleNamespace(vocab_size=1000, pad_id=0, cls_id=2, sep_id=3, mask_id=4, unk_id=1,
+                            special_ids=frozenset({0, 1, 2, 3, 4}))
 
 
 def docs(n=40, seed=0):

@@ -15,7 +15,7 @@ import time
 
 from bertology.data.embedded import embedded_corpus_path
 from bertology.data.tokenizers import load_tokenizer
-from bertology.data.tokenizers.train import KINDS, train_tokenizer
+from bertology.data.tokenizers.train import KINDS, SPECIALS, train_tokenizer
 from bertology.errors import UserError
 
 _PROG = "bertology.tokenizer"
@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--kind", choices=KINDS)
     train.add_argument("--out", help="output path: .txt for wordpiece, .model otherwise")
     train.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
+    train.add_argument("--specials", choices=sorted(SPECIALS), default="albert",
+                       help="sentencepiece special tokens: albert ([CLS] [SEP] [MASK]) or roberta (<s> </s> <mask>)")
     show = parser.add_argument_group("tokenize some text")
     show.add_argument("--vocab", help="a vocab.txt or .model file")
     show.add_argument("--text")
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         corpus = args.corpus if args.corpus is not None else embedded_corpus_path()
         path = train_tokenizer(
-            corpus, args.vocab_size, args.kind, args.out, do_lower_case=not args.cased
+            corpus, args.vocab_size, args.kind, args.out, do_lower_case=not args.cased, specials=args.specials
         )
         print(f"wrote {path} ({args.kind}, {args.vocab_size} entries) "
               f"in {time.perf_counter() - start:.1f}s")

@@ -21,6 +21,8 @@ import warnings
 from bertology.data.tokenizers.wordpiece import atomic_write
 
 DEFAULT_VOCAB: pathlib.Path = pathlib.Path(__file__).parent / "assets" / "wordpiece_uncased_8k.txt"
+# Multi-word phrases and names common in the docstrings, for ERNIE-style entity/phrase masking.
+DEFAULT_LEXICON: pathlib.Path = pathlib.Path(__file__).parent / "assets" / "stdlib_phrases.txt"
 
 # Test suites, GUI demos, vendored or generated code: little prose, much noise.
 _SKIP_DIRS = frozenset(

@@ -179,3 +179,58 @@ def _fill_rows(flat: np.ndarray, a0: np.ndarray, la: np.ndarray, b0: np.ndarray,
     real = j <= la + lb + 2
     segment = (j >= la + 2) & real
     return ids.astype(np.int32), segment.astype(np.int32), real.astype(np.int32)
+
+
+def create_full_sentence_instances(
+    documents: Sequence[Sequence[np.ndarray]],
+    *,
+    max_seq_length: int,
+    cls_id: int,
+    sep_id: int,
+    pad_id: int = 0,
+) -> dict[str, np.ndarray]:
+    """RoBERTa's FULL-SENTENCES inputs: `[CLS] s1 s2 ... [SEP]`, whole sentences taken in order
+    until the next one would not fit, crossing document ends with a [SEP] between documents.
+
+    A sentence longer than a whole row is cut into row-sized pieces. One segment, no pair label.
+    Returns input_ids, segment_ids (all 0) and input_mask, each (N, max_seq_length) int32.
+    """
+    if max_seq_length < 3:
+        raise UserError(f"max_seq_length={max_seq_length} leaves no room for text; use at least 3")
+    room = max_seq_length - 2
+    rows: list[list[np.ndarray]] = []
+    current: list[np.ndarray] = []
+    used = 0
+
+    def put(piece: np.ndarray) -> None:
+        nonlocal current, used
+        if used + len(piece) > room and current:
+            rows.append(current)
+            current, used = [], 0
+        current.append(piece)
+        used += len(piece)
+
+    separator = np.array([sep_id], np.int32)
+    for doc in documents:
+        sentences = [np.asarray(s, np.int32) for s in doc if len(s)]
+        if not sentences:
+            continue
+        if current:
+            put(separator)
+        for s in sentences:
+            for k in range(0, len(s), room):
+                put(s[k : k + room])
+    if current:
+        rows.append(current)
+    ids = np.full((len(rows), max_seq_length), pad_id, np.int32)
+    mask = np.zeros_like(ids)
+    for r, pieces in enumerate(rows):
+        if pieces[0] is separator:  # a document separator never starts or ends a row
+            pieces = pieces[1:]
+        if pieces and pieces[-1] is separator:
+            pieces = pieces[:-1]
+        body = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
+        n = len(body) + 2
+        ids[r, :n] = np.concatenate([[cls_id], body, [sep_id]])
+        mask[r, :n] = 1
+    return {"input_ids": ids, "segment_ids": np.zeros_like(ids), "input_mask": mask}

@@ -13,14 +13,15 @@ same global batch order and keeps only its own rows.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 import ml_collections
 import numpy as np
 
-from bertology.data.examples import create_pair_instances
-from bertology.data.masking import mask_tokens
+from bertology.data.embedded import DEFAULT_LEXICON
+from bertology.data.examples import create_full_sentence_instances, create_pair_instances
+from bertology.data.lexicon import LexiconMatcher
+from bertology.data.masking import mask_tokens, mask_units
 from bertology.data.tokenizers import Tokenizer
 from bertology.errors import UserError
 
@@ -35,30 +36,46 @@ def _rng(seed: int, *stream: int) -> np.random.Generator:
     return np.random.default_rng([seed, *stream])
 
 
-@dataclasses.dataclass
 class Masker:
-    """mask_tokens bound to a tokenizer's special ids and the config's masking rates."""
+    """The config's masking (unit, rates, budget) bound to a tokenizer's special ids.
 
-    tokenizer: Tokenizer
-    max_predictions: int
-    masked_lm_prob: float
+    data.mask_unit: token (BERT) | whole_word | ngram (ALBERT) | span (SpanBERT) | entity (ERNIE,
+    with data.lexicon, default: a phrase list for the embedded corpus); data.mask_prob / data.random_prob: the 80/10/10 split (ELECTRA: 0.85/0).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, cfg: ml_collections.ConfigDict):
+        self.tokenizer = tokenizer
+        self.unit = cfg.get("mask_unit", "token")
+        self.lexicon = LexiconMatcher(cfg.get("lexicon") or DEFAULT_LEXICON, tokenizer) if self.unit == "entity" else None
+        self.options = dict(
+            vocab_size=tokenizer.vocab_size,
+            mask_id=tokenizer.mask_id,
+            special_ids=sorted({*tokenizer.special_ids, tokenizer.pad_id} - {tokenizer.unk_id}),  # BERT masks [UNK] too
+            max_predictions=cfg.max_predictions_per_seq,
+            masked_lm_prob=cfg.masked_lm_prob,
+            mask_prob=cfg.get("mask_prob", 0.8),
+            random_prob=cfg.get("random_prob", 0.1),
+            pad_id=tokenizer.pad_id,
+        )
 
     def __call__(self, input_ids: np.ndarray, rng: np.random.Generator) -> Batch:
-        t = self.tokenizer
-        return mask_tokens(
-            input_ids,
-            rng,
-            vocab_size=t.vocab_size,
-            mask_id=t.mask_id,
-            special_ids=(t.cls_id, t.sep_id, t.pad_id, t.mask_id),
-            max_predictions=self.max_predictions,
-            masked_lm_prob=self.masked_lm_prob,
-        )
+        if self.unit == "token":
+            return mask_tokens(input_ids, rng, **self.options)
+        entities = [self.lexicon.spans(row) for row in input_ids] if self.unit == "entity" else None
+        return mask_units(input_ids, rng, unit=self.unit, word_starts=self.tokenizer.word_starts(input_ids),
+                          entity_spans=entities, **self.options)
 
 
 def make_instances(documents: Sequence[Document], cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
                    rng: np.random.Generator) -> Batch:
-    """Unmasked instances (input_ids, segment_ids, input_mask, next_sentence_label) of one pass."""
+    """Unmasked instances of one pass: segment pairs with a sentence-pair label (BERT's NSP,
+    ALBERT's SOP) or, with data.instances='full_sentences', RoBERTa's single-segment rows."""
+    if cfg.get("instances", "pairs") == "full_sentences":
+        return create_full_sentence_instances(documents, max_seq_length=cfg.max_seq_length, cls_id=tokenizer.cls_id,
+                                              sep_id=tokenizer.sep_id, pad_id=tokenizer.pad_id)
+    task = cfg.get("sentence_task", "nsp")
+    if task not in ("nsp", "sop"):
+        raise UserError(f"data.sentence_task={task!r} is unknown; use 'nsp' (random next) or 'sop' (swapped order)")
     inst = create_pair_instances(
         documents,
         max_seq_length=cfg.max_seq_length,
@@ -67,6 +84,7 @@ def make_instances(documents: Sequence[Document], cfg: ml_collections.ConfigDict
         sep_id=tokenizer.sep_id,
         pad_id=tokenizer.pad_id,
         rng=rng,
+        swap_for_negative=task == "sop",
     )
     return {
         "input_ids": inst.input_ids,
@@ -101,7 +119,7 @@ class PretrainingStream:
         self.seed = seed
         rows = batch_size // process_count
         self.rows = slice(process_index * rows, (process_index + 1) * rows)
-        self.mask = Masker(tokenizer, cfg.max_predictions_per_seq, cfg.masked_lm_prob)
+        self.mask = Masker(tokenizer, cfg)
         self.state = {"pass": 0, "offset": 0, "step": 0}
         self._pass_id: int | None = None
         self._pass: Batch = {}
@@ -171,5 +189,5 @@ def eval_batches(
         raise UserError("the validation split produced no instances; give the corpus more documents")
     idx = np.arange(batch_size * num_batches) % n
     inst = {k: v[idx] for k, v in inst.items()}
-    inst.update(Masker(tokenizer, cfg.max_predictions_per_seq, cfg.masked_lm_prob)(inst["input_ids"], _rng(seed, _EVAL, 1)))
+    inst.update(Masker(tokenizer, cfg)(inst["input_ids"], _rng(seed, _EVAL, 1)))
     return [{k: v[i * batch_size : (i + 1) * batch_size] for k, v in inst.items()} for i in range(num_batches)]

@@ -18,11 +18,12 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bertology.models.encoder import Encoder, EncoderConfig, Embeddings, dense
+from bertology.errors import UserError
+from bertology.models.encoder import Embeddings, Encoder, EncoderConfig, dense
 from bertology.models.heads import MaskedLMHead, gather_positions
 
 Array = jax.Array
-EXTRA_KEYS = ("generator_fraction",)
+EXTRA_KEYS = ("generator_fraction", "discriminator_head")
 
 
 def generator_config(cfg: EncoderConfig, fraction: float) -> EncoderConfig:
@@ -30,7 +31,7 @@ def generator_config(cfg: EncoderConfig, fraction: float) -> EncoderConfig:
 
     The embedding width stays the discriminator's (E, or H when unfactorized) so the tables are shared.
     """
-    hidden = max(int(cfg.hidden_size * fraction), 1)
+    hidden = max(round(cfg.hidden_size * fraction), 1)
     heads = max(hidden // 64, 1)
     return dataclasses.replace(
         cfg,
@@ -42,23 +43,32 @@ def generator_config(cfg: EncoderConfig, fraction: float) -> EncoderConfig:
 
 
 def from_config(cfg: EncoderConfig, model_config: ml_collections.ConfigDict) -> "Model":
-    return Model(cfg, generator_config(cfg, model_config.get("generator_fraction", 0.25)))
+    return Model(cfg, generator_config(cfg, model_config.get("generator_fraction", 0.25)),
+                 model_config.get("discriminator_head", "rtd"))
 
 
 class Discriminator(nn.Module):
-    """Encoder plus a per-token head (dense, GELU, dense to one logit): 'was this token replaced?'"""
+    """Encoder plus its head. `rtd` (ELECTRA): per token, dense + GELU + dense to one logit, 'was
+    this token replaced?'. `mlm` (the paper's Replace-MLM and All-tokens-MLM ablations): an MLM
+    head at `positions` predicting the original tokens."""
 
     cfg: EncoderConfig
+    head: str = "rtd"
 
     def setup(self):
         self.encoder = Encoder(self.cfg, name="encoder")
-        self.dense = dense(self.cfg, self.cfg.hidden_size, ("embed", "hidden"), "dense")
-        self.prediction = dense(self.cfg, 1, ("hidden", None), "prediction")
+        if self.head == "rtd":
+            self.dense = dense(self.cfg, self.cfg.hidden_size, ("embed", "hidden"), "dense")
+            self.prediction = dense(self.cfg, 1, ("hidden", None), "prediction")
+        else:
+            self.mlm = MaskedLMHead(self.cfg, name="mlm")
 
-    def __call__(self, batch: dict[str, Array], deterministic: bool) -> Array:
+    def __call__(self, batch: dict[str, Array], deterministic: bool, positions: Array | None = None) -> Array:
         out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"), deterministic=deterministic)
-        h = nn.gelu(self.dense(out["sequence"]), approximate=False)
-        return self.prediction(h)[..., 0].astype(jnp.float32)
+        if self.head == "rtd":
+            h = self.cfg.act(self.dense(out["sequence"]))
+            return self.prediction(h)[..., 0].astype(jnp.float32)
+        return self.mlm(gather_positions(out["sequence"], positions), self.encoder.attend)
 
 
 class Generator(nn.Module):
@@ -81,18 +91,23 @@ class Model(nn.Module):
 
     cfg: EncoderConfig
     generator_cfg: EncoderConfig
+    discriminator_head: str = "rtd"  # rtd | mlm
 
     def setup(self):
-        self.discriminator = Discriminator(self.cfg, name="discriminator")
+        if self.discriminator_head not in ("rtd", "mlm"):
+            raise UserError(f"model.discriminator_head={self.discriminator_head!r} is unknown; use 'rtd' or 'mlm'")
+        self.discriminator = Discriminator(self.cfg, self.discriminator_head, name="discriminator")
         self.generator = Generator(self.generator_cfg, self.discriminator.encoder.embeddings, name="generator")
 
     def generate(self, batch: dict[str, Array], *, deterministic: bool = True) -> Array:
         return self.generator(batch, deterministic)
 
-    def discriminate(self, batch: dict[str, Array], *, deterministic: bool = True) -> Array:
-        return self.discriminator(batch, deterministic)
+    def discriminate(self, batch: dict[str, Array], *, deterministic: bool = True,
+                     positions: Array | None = None) -> Array:
+        """Per-token replaced logits [batch, length] (rtd), or MLM logits at `positions` (mlm)."""
+        return self.discriminator(batch, deterministic, positions)
 
     def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
         """Both networks on the same (uncorrupted) batch; used to create every parameter at init."""
         return {"mlm_logits": self.generate(batch, deterministic=deterministic),
-                "disc_logits": self.discriminate(batch, deterministic=deterministic)}
+                "disc_logits": self.discriminate(batch, deterministic=deterministic, positions=batch["masked_positions"])}

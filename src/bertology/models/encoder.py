@@ -26,6 +26,7 @@ Array = jax.Array
 SHARING = ("none", "all", "attention", "ffn")
 ATTENTION_MASKS = ("padding", "packed")
 REMAT = ("none", "full", "dots_saveable")
+ACTIVATIONS = ("gelu", "gelu_tanh")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,7 @@ class EncoderConfig:
     position_offset: int = 0  # first position id (RoBERTa's tables start after the padding index: 2)
     adapter_size: int | None = None  # Houlsby adapters' bottleneck width; None: no adapters
     pooler: bool = True  # dense+tanh on the first token; False (ELECTRA): `pooled` is that token as is
+    activation: str = "gelu"  # gelu (exact, erf) | gelu_tanh (the tanh approximation; released ALBERTs)
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads:
@@ -62,6 +64,7 @@ class EncoderConfig:
             ("share_layers", SHARING),
             ("attention_mask", ATTENTION_MASKS),
             ("remat", REMAT),
+            ("activation", ACTIVATIONS),
         ):
             if getattr(self, name) not in allowed:
                 raise UserError(f"model.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
@@ -79,6 +82,10 @@ class EncoderConfig:
     @property
     def compute_dtype(self) -> Any:
         return jnp.dtype(self.dtype)
+
+    def act(self, x: Array) -> Array:
+        """The configured GELU."""
+        return nn.gelu(x, approximate=self.activation == "gelu_tanh")
 
 
 def init(cfg: EncoderConfig, names: tuple[str | None, ...]) -> nn.initializers.Initializer:
@@ -142,7 +149,7 @@ class Adapter(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         cfg = self.cfg
-        h = nn.gelu(dense(cfg, cfg.adapter_size, ("embed", "mlp"), "down")(x), approximate=False)
+        h = cfg.act(dense(cfg, cfg.adapter_size, ("embed", "mlp"), "down")(x))
         up = nn.Dense(
             cfg.hidden_size,
             kernel_init=zeros(("mlp", "embed")),
@@ -224,7 +231,7 @@ class FeedForward(nn.Module):
     def __call__(self, x: Array, deterministic: bool) -> Array:
         cfg = self.cfg
         h = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate")(x)
-        h = nn.gelu(h, approximate=False)
+        h = cfg.act(h)
         h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
         h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output")(h)
         return sublayer_output(cfg, x, h, deterministic)

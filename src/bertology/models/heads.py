@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertology.models.encoder import EncoderConfig, dense, layer_norm, zeros
+from bertology.models.encoder import EncoderConfig, dense, init, layer_norm, zeros
 
 Array = jax.Array
 
@@ -36,7 +36,7 @@ class MaskedLMHead(nn.Module):
     def __call__(self, hidden: Array, attend: Callable[[Array], Array]) -> Array:
         cfg = self.cfg
         x = dense(cfg, cfg.embed_dim, ("hidden", "embed"), "transform")(hidden)
-        x = layer_norm(cfg, "norm")(nn.gelu(x, approximate=False))
+        x = layer_norm(cfg, "norm")(cfg.act(x))
         bias = self.param("bias", zeros(("vocab",)), (cfg.vocab_size,), jnp.float32)
         return attend(x).astype(jnp.float32) + bias
 
@@ -50,3 +50,32 @@ class ClassifierHead(nn.Module):
     @nn.compact
     def __call__(self, pooled: Array) -> Array:
         return dense(self.cfg, self.num_classes, ("hidden", None), "dense")(pooled).astype(jnp.float32)
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span boundary objective: predict each masked token from the encoder outputs
+    just outside its span plus an embedding of its position inside the span.
+
+    [x_{start-1}; x_{end}; p_{i-start}] -> Dense+GELU+LayerNorm -> Dense+GELU+LayerNorm -> tied
+    vocabulary logits with their own bias. `max_span_positions` is the size of the position table
+    (the reference uses 200; spans are at most 10 words, so a few dozen suffice for sub-words).
+    """
+
+    cfg: EncoderConfig
+    max_span_positions: int = 200
+
+    @nn.compact
+    def __call__(self, sequence: Array, positions: Array, span_start: Array, span_end: Array,
+                 attend: Callable[[Array], Array]) -> Array:
+        cfg = self.cfg
+        left = gather_positions(sequence, jnp.maximum(span_start - 1, 0))
+        right = gather_positions(sequence, jnp.minimum(span_end, sequence.shape[1] - 1))
+        offset = jnp.clip(positions - span_start, 0, self.max_span_positions - 1)
+        pos = nn.Embed(self.max_span_positions, cfg.hidden_size, dtype=cfg.compute_dtype,
+                       embedding_init=init(cfg, (None, "embed")), name="position")(offset)
+        h = jnp.concatenate([left, right, pos.astype(left.dtype)], axis=-1)
+        for i in range(2):
+            h = dense(cfg, cfg.hidden_size if i == 0 else cfg.embed_dim, ("hidden", "embed"), f"dense_{i}")(h)
+            h = layer_norm(cfg, f"norm_{i}")(cfg.act(h))
+        bias = self.param("bias", zeros(("vocab",)), (cfg.vocab_size,), jnp.float32)
+        return attend(h).astype(jnp.float32) + bias

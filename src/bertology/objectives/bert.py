@@ -35,16 +35,22 @@ def nsp_loss(logits: Array, labels: Array, name: str = "nsp") -> tuple[Array, Me
     return loss, {f"{name}_loss": loss, f"{name}_accuracy": acc}
 
 
-def loss(
-    params: Any, batch: dict[str, Array], rng: Array | None, model: nn.Module
-) -> tuple[Array, Metrics]:
-    """MLM + NSP. `rng` drives dropout; None means evaluation (dropout off)."""
-    out = model.apply(
+def apply(model: nn.Module, params: Any, batch: dict[str, Array], rng: Array | None, method: str | None = None) -> Any:
+    """Run `model` (or one of its methods) with dropout driven by `rng`; None means evaluation."""
+    return model.apply(
         {"params": params},
         batch,
         deterministic=rng is None,
         rngs=None if rng is None else {"dropout": rng},
+        method=method,
     )
+
+
+def loss(
+    params: Any, batch: dict[str, Array], rng: Array | None, model: nn.Module
+) -> tuple[Array, Metrics]:
+    """MLM + NSP. `rng` drives dropout; None means evaluation (dropout off)."""
+    out = apply(model, params, batch, rng)
     mlm, metrics = mlm_loss(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
     nsp, nsp_metrics = nsp_loss(out["nsp_logits"], batch["next_sentence_label"])
     total = mlm + nsp

@@ -3,10 +3,17 @@
 BERT's recipe: AdamW (b1 0.9, b2 0.999, eps 1e-6) with weight decay 0.01 applied to every weight
 but LayerNorm parameters and biases, linear warmup then linear decay to zero, global-norm
 clipping at 1.0.
+
+Fine-tuning adds two options. Layer-wise learning-rate decay (ELECTRA, Clark et al. 2020) scales
+each parameter's update by decay^(num_layers + 2 - depth): embeddings are depth 0, layer i is
+depth i + 1, and everything else (task head, pooler, scalar mix) is depth num_layers + 2, i.e.
+the full rate -- as ELECTRA's `_get_layer_lrs` assigns them. A trainable mask freezes the rest:
+frozen parameters get exactly zero updates and no Adam state, and do not count towards clipping.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jax
@@ -18,12 +25,16 @@ from bertology.errors import UserError
 NO_DECAY = ("bias", "scale")  # biases and LayerNorm scales (LayerNorm biases are `bias` too)
 
 
+def _names(path) -> list[str]:
+    return [p.key for p in path if isinstance(p, jax.tree_util.DictKey)]
+
+
 def decay_mask(params: Any) -> Any:
     """True for parameters that get weight decay: everything but biases and LayerNorm."""
 
     def keep(path, _):
         # The last dict key names the parameter (boxed trees add a `.value` attribute after it).
-        name = [p.key for p in path if isinstance(p, jax.tree_util.DictKey)][-1]
+        name = _names(path)[-1]
         return name not in NO_DECAY
 
     return jax.tree_util.tree_map_with_path(keep, params)
@@ -41,10 +52,53 @@ def schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule
     )
 
 
-def make(cfg: ml_collections.ConfigDict, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+_LAYER = re.compile(r"^(attention|ffn)_(\d+)$")
+
+
+def layer_depth(names: list[str], num_layers: int) -> int:
+    """ELECTRA's depth of a parameter, named by its path in the fine-tuning model's tree."""
+    if len(names) > 1 and names[0] == "encoder":
+        if names[1] in ("embeddings", "embeddings_projection"):
+            return 0
+        match = _LAYER.match(names[1])
+        if match:
+            return int(match.group(2)) + 1
+    return num_layers + 2
+
+
+def layerwise_multipliers(params: Any, num_layers: int, decay: float) -> Any:
+    """decay^(num_layers + 2 - depth) per parameter (a tree shaped like params)."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: decay ** (num_layers + 2 - layer_depth(_names(path), num_layers)), params
+    )
+
+
+def scale_by_tree(multipliers: Any) -> optax.GradientTransformation:
+    """Multiply each update by its own constant (the per-layer learning-rate factors)."""
+
+    def update(updates, state, params=None):
+        del params
+        return jax.tree.map(lambda u, m: u * m, updates, multipliers), state
+
+    return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
+
+
+def make(
+    cfg: ml_collections.ConfigDict, total_steps: int, *, trainable: Any = None, multipliers: Any = None
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """The optimizer and its schedule. `trainable` (a tree of bools shaped like the params)
+    freezes the False leaves; `multipliers` (a tree of floats) scales each one's updates."""
     lr = schedule(cfg, total_steps)
     if cfg.name == "adamw":
         opt = optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=decay_mask)
+    elif cfg.name == "lamb":  # ALBERT's large-batch optimizer: Adam with a per-layer trust ratio
+        opt = optax.lamb(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=decay_mask)
     else:
-        raise UserError(f"optimizer.name={cfg.name!r} is unknown; use 'adamw'")
-    return optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt), lr
+        raise UserError(f"optimizer.name={cfg.name!r} is unknown; use 'adamw' or 'lamb'")
+    tx = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
+    if multipliers is not None:
+        tx = optax.chain(tx, scale_by_tree(multipliers))
+    if trainable is not None:
+        labels = jax.tree.map(lambda t: "train" if t else "frozen", trainable)
+        tx = optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
+    return tx, lr

@@ -29,10 +29,12 @@ from bertology.errors import UserError
 
 KINDS = ("wordpiece", "unigram", "bpe")
 _SUFFIX = {"wordpiece": ".txt", "unigram": ".model", "bpe": ".model"}
-# ALBERT's layout: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no <s> / </s>.
-_ALBERT_SPECIALS = dict(
-    pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"]
-)
+# Where the special pieces go. ALBERT: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no <s> / </s>.
+# RoBERTa (fairseq's dictionary order): <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4.
+SPECIALS = {
+    "albert": dict(pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"]),
+    "roberta": dict(bos_id=0, pad_id=1, eos_id=2, unk_id=3, user_defined_symbols=["<mask>"]),
+}
 _MAX_SENTENCES = 5_000_000  # sentencepiece samples this many lines of a larger corpus
 _SEED = 0
 
@@ -44,14 +46,18 @@ def train_tokenizer(
     out: str | os.PathLike,
     *,
     do_lower_case: bool = True,
+    specials: str = "albert",
 ) -> pathlib.Path:
     """Train a `kind` tokenizer of exactly `vocab_size` entries on `corpus`; return its path.
 
     `corpus` is a text file or a directory searched recursively for `.txt` files. `out` must end
-    in `.txt` for wordpiece (a BERT vocab.txt) and `.model` for unigram / bpe.
+    in `.txt` for wordpiece (a BERT vocab.txt) and `.model` for unigram / bpe. `specials` picks
+    the sentencepiece models' special-token layout (`albert` or `roberta`, see SPECIALS).
     """
     if kind not in KINDS:
         raise UserError(f"unknown tokenizer kind {kind!r}; use one of {', '.join(KINDS)}")
+    if specials not in SPECIALS:
+        raise UserError(f"unknown special-token layout {specials!r}; use one of {', '.join(SPECIALS)}")
     out = pathlib.Path(out)
     if out.suffix != _SUFFIX[kind]:
         raise UserError(f"a {kind} tokenizer is saved as a {_SUFFIX[kind]} file, got --out {out}")
@@ -69,7 +75,7 @@ def train_tokenizer(
         byte_fallback=kind == "bpe",
         input_sentence_size=_MAX_SENTENCES,
         shuffle_input_sentence=True,
-        **_ALBERT_SPECIALS,
+        **SPECIALS[specials],
     )
     return atomic_write(out, model.serialized_model_proto())
 

@@ -1,0 +1,56 @@
+"""Convert checkpoints between Hugging Face and bertology run directories.
+
+    python -m bertology.convert --from hf --in HF_DIR --out WORKDIR [--generator HF_GENERATOR_DIR]
+    python -m bertology.convert --to hf --in WORKDIR --out HF_DIR [--step N]
+
+Import writes a run directory (config.json, step-0 checkpoint, tokenizer file) that fine-tuning,
+feature extraction and export read like a pretraining run; ELECTRA takes its discriminator as
+--in and, optionally, its generator as --generator. Export writes model.safetensors, config.json
+and the tokenizer file (ELECTRA: HF_DIR/discriminator and HF_DIR/generator). Errors are one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bertology.errors import UserError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bertology.convert", description=__doc__.split("\n\n")[0])
+    direction = p.add_mutually_exclusive_group(required=True)
+    direction.add_argument("--from", dest="source", choices=["hf"], help="import a Hugging Face checkpoint")
+    direction.add_argument("--to", dest="target", choices=["hf"], help="export a bertology run")
+    p.add_argument("--in", dest="inp", metavar="DIR", required=True,
+                   help="HF model directory (import) or run directory (export)")
+    p.add_argument("--out", metavar="DIR", required=True,
+                   help="run directory to create (import) or HF directory (export)")
+    p.add_argument("--generator", metavar="DIR", help="ELECTRA import: the generator's HF directory")
+    p.add_argument("--step", type=int, help="export: the checkpoint step (default: the latest)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        from bertology.interop import export_hf, import_hf
+
+        if args.source:
+            report = import_hf(args.inp, args.out, args.generator)
+            print(f"imported {report.family} into {args.out}; tokenizer: {report.vocab or 'none our tokenizers read'}")
+            if report.fresh:
+                print(f"not in the checkpoint, freshly initialised: {', '.join(report.fresh)}")
+            if report.unused:
+                print(f"in the checkpoint, not used: {', '.join(report.unused)}")
+        else:
+            for directory in export_hf(args.inp, args.out, args.step):
+                print(f"exported {directory}")
+    except UserError as e:
+        print(f"bertology.convert: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

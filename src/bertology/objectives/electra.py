@@ -1,0 +1,87 @@
+"""ELECTRA's objective: generator MLM + λ · replaced-token detection, and the paper's ablations.
+
+The generator's logits at the masked positions are sampled (Gumbel-max) under stop_gradient, so
+the discriminator loss cannot reach the generator through the sampled tokens; a sample equal to
+the original token counts as original. Variants (`variant`):
+  electra         discriminator loss over every real token (the paper's default)
+  electra_15      discriminator loss over the masked positions only ("ELECTRA 15%")
+  replace_mlm     the second network is an MLM predicting the originals at the masked positions,
+                  which hold generator samples instead of [MASK] ("Replace MLM")
+  all_tokens_mlm  as replace_mlm, but predicting every real token ("All-Tokens MLM", without the
+                  paper's copy mechanism)
+The two MLM variants need `model.discriminator_head='mlm'`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from bertology.errors import UserError
+from bertology.objectives.bert import Metrics, apply, mlm_loss
+
+Array = jax.Array
+VARIANTS = ("electra", "electra_15", "replace_mlm", "all_tokens_mlm")
+
+
+def replace_with_samples(batch: dict[str, Array], gen_logits: Array, key: Array) -> tuple[Array, Array, Array]:
+    """(corrupted ids, original ids, replaced mask): masked slots get a Gumbel-max sample of the
+    generator; `replaced` is True only where the sample differs from the original token."""
+    ids = jnp.asarray(batch["input_ids"])
+    rows = jnp.arange(ids.shape[0])[:, None]
+    positions, weights = batch["masked_positions"], batch["masked_weights"] > 0
+    original = ids.at[rows, positions].set(jnp.where(weights, batch["masked_ids"], ids[rows, positions]))
+    logits = jax.lax.stop_gradient(gen_logits).astype(jnp.float32)
+    sampled = jnp.argmax(logits + jax.random.gumbel(key, logits.shape), axis=-1).astype(original.dtype)
+    corrupted = original.at[rows, positions].set(jnp.where(weights, sampled, original[rows, positions]))
+    return corrupted, original, corrupted != original
+
+
+def rtd_loss(logits: Array, replaced: Array, weights: Array) -> tuple[Array, Metrics]:
+    """Weighted mean sigmoid cross-entropy of 'replaced' per token."""
+    w = weights.astype(jnp.float32)
+    nll = optax.sigmoid_binary_cross_entropy(logits, replaced.astype(jnp.float32))
+    denom = jnp.sum(w) + 1e-5
+    loss = jnp.sum(nll * w) / denom
+    acc = jnp.sum(((logits > 0) == replaced) * w) / denom
+    return loss, {"disc_loss": loss, "disc_accuracy": acc, "replaced_fraction": jnp.sum(replaced * w) / denom}
+
+
+def loss(params: Any, batch: dict[str, Array], rng: Array | None, model: nn.Module, *,
+         disc_weight: float = 50.0, variant: str = "electra") -> tuple[Array, Metrics]:
+    """L_MLM(generator) + disc_weight · L_disc. `rng=None` (evaluation) samples with a fixed key."""
+    if variant not in VARIANTS:
+        raise UserError(f"objective.variant={variant!r} is unknown; use one of {VARIANTS}")
+    keys = jax.random.split(jax.random.key(0) if rng is None else rng, 3)
+    gen_rng, disc_rng = (None, None) if rng is None else (keys[1], keys[2])
+    gen_logits = apply(model, params, batch, gen_rng, method="generate")
+    gen, metrics = mlm_loss(gen_logits, batch["masked_ids"], batch["masked_weights"])
+    corrupted, original, replaced = replace_with_samples(batch, gen_logits, keys[0])
+    corrupted_batch = {**batch, "input_ids": corrupted}
+    if variant in ("electra", "electra_15"):
+        logits = apply(model, params, corrupted_batch, disc_rng, method="discriminate")
+        if variant == "electra":
+            weights = batch["input_mask"]
+        else:
+            rows = jnp.arange(replaced.shape[0])[:, None]
+            weights = jnp.zeros(replaced.shape, jnp.float32).at[rows, batch["masked_positions"]].max(
+                batch["masked_weights"])
+        disc, disc_metrics = rtd_loss(logits, replaced, weights)
+    else:
+        if variant == "replace_mlm":
+            positions, targets, weights = batch["masked_positions"], batch["masked_ids"], batch["masked_weights"]
+        else:
+            length = original.shape[1]
+            positions = jnp.broadcast_to(jnp.arange(length), original.shape)
+            targets, weights = original, batch["input_mask"]
+        logits = model.apply({"params": params}, corrupted_batch, deterministic=rng is None, positions=positions,
+                             rngs=None if rng is None else {"dropout": disc_rng}, method="discriminate")
+        disc, m = mlm_loss(logits, targets, weights)
+        disc_metrics = {"disc_loss": disc, "disc_accuracy": m["mlm_accuracy"],
+                        "replaced_fraction": jnp.sum(replaced * batch["input_mask"]) / jnp.sum(batch["input_mask"])}
+    total = gen + disc_weight * disc
+    return total, {"loss": total, **metrics, **disc_metrics}

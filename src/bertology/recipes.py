@@ -1,0 +1,79 @@
+"""What every pretraining config shares, so each `configs/<family>.py` states only how its
+family differs (big_vision keeps such common pieces in a helper module the same way).
+
+`pretraining(...)` returns BERT's recipe: the paper's (batch 256, AdamW lr 1e-4, 10k warmup, 1M
+steps) for full-size presets, and for the small presets one that learns within minutes on a CPU.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+from ml_collections.config_dict import placeholder
+
+from bertology.train.sharding import mesh_config
+
+SMALL_PRESETS = ("tiny", "mini", "small", "medium")
+
+
+def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool) -> ml_collections.ConfigDict:
+    """The common config; `sizes` are EncoderConfig fields (layers, hidden, heads, ...)."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.objective = objective
+    c.total_steps = 1_000_000 if paper else 600
+    c.batch_size = 256 if paper else 32
+    c.grad_accum_steps = 1
+
+    c.model = ml_collections.ConfigDict(dict(
+        family=family,
+        vocab_size=placeholder(int),  # None: taken from the tokenizer; set: must match it
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.1,
+        layer_norm_eps=1e-12,
+        initializer_range=0.02,
+        dtype="float32",
+        remat="none",
+        **sizes,
+    ))
+
+    c.data = ml_collections.ConfigDict(dict(
+        corpus=placeholder(str),  # a text file or directory; None: the embedded default corpus
+        vocab=placeholder(str),  # vocab.txt or sentencepiece .model; None: the shipped 8k WordPiece
+        cache_dir=placeholder(str),  # where tokenized corpora are kept; None: ~/.cache/bertology/tfds
+        max_seq_length=128,
+        max_predictions_per_seq=20,
+        masked_lm_prob=0.15,
+        mask_prob=0.8,  # of the chosen positions: [MASK] ...
+        random_prob=0.1,  # ... a random token; the rest keep their token
+        mask_unit="token",  # token | whole_word | ngram | span | entity (needs lexicon)
+        lexicon=placeholder(str),  # phrases/entities, one per line, for mask_unit=entity (ERNIE); None: shipped list
+        instances="pairs",  # pairs (two segments) | full_sentences (RoBERTa, one segment)
+        sentence_task="nsp",  # for pairs: nsp (random next) | sop (swapped order)
+        short_seq_prob=0.1,
+        masking="static",  # static: dupe_factor precomputed masked copies; dynamic: fresh masks each batch
+        dupe_factor=10,
+    ))
+
+    c.optimizer = ml_collections.ConfigDict(dict(
+        name="adamw",  # adamw | lamb
+        learning_rate=1e-4 if paper else 1e-3,
+        warmup_steps=10_000 if paper else 60,
+        b1=0.9,
+        b2=0.999,
+        eps=1e-6,
+        weight_decay=0.01,
+        clip_norm=1.0,
+    ))
+
+    # Strategies (bertology.train.sharding.STRATEGIES): dp, fsdp, tp, fsdp_tp. tp on the default
+    # (all, 1) mesh is plain data parallel; --config.mesh.shape='(4,2)' splits heads and MLP over 2.
+    c.mesh = mesh_config(strategy="tp", shape=(-1, 1))
+
+    c.log_every = 50 if paper else 20
+    c.eval_every = 10_000 if paper else 200
+    c.eval_batches = 4
+    c.checkpoint_every = 10_000 if paper else 200
+    c.keep_checkpoints = 3
+    return c
