@@ -49,7 +49,8 @@ def build_hf(family: str, seed: int = 0) -> dict:
                                          pad_token_id=1, layer_norm_eps=1e-5)
         return {"model": _randomize(transformers.RobertaForMaskedLM(cfg))[0]}
     if family == "albert":
-        cfg = transformers.AlbertConfig(**{**SMALL, "num_hidden_layers": 3}, embedding_size=16)
+        # Released ALBERTs use the tanh GELU ("gelu_new"); our model.activation=gelu_tanh reproduces it.
+        cfg = transformers.AlbertConfig(**{**SMALL, "num_hidden_layers": 3, "hidden_act": "gelu_new"}, embedding_size=16)
         return {"model": _randomize(transformers.AlbertForPreTraining(cfg))[0]}
     disc_cfg = transformers.ElectraConfig(**{**SMALL, "hidden_size": 64, "intermediate_size": 128}, embedding_size=16)
     gen_cfg = transformers.ElectraConfig(**{**SMALL, "num_attention_heads": 1, "intermediate_size": 128},
@@ -189,8 +190,8 @@ def test_checkpoint_that_does_not_fit_is_refused(edit, message, tmp_path):
 
 
 def test_activation_we_do_not_reproduce_is_refused(tmp_path):
-    with pytest.raises(UserError, match="hidden_act='gelu_new' is not reproduced"):
-        import_hf(_hf_bert_dir(tmp_path, hidden_act="gelu_new"), tmp_path / "run")
+    with pytest.raises(UserError, match="hidden_act='relu' is not reproduced"):
+        import_hf(_hf_bert_dir(tmp_path, hidden_act="relu"), tmp_path / "run")
 
 
 def _convert(*args):

@@ -14,7 +14,8 @@ from bertology.models.electra import generator_config
 from bertology.models.encoder import EncoderConfig
 
 FAMILIES = ("bert", "roberta", "albert", "electra")
-EXACT_GELU = ("gelu", "gelu_python")  # both are the erf GELU our encoder uses
+# HF hidden_act -> our model.activation (the erf GELU, or its tanh approximation)
+ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 
 SAME_VALUE = (  # (our model.<key>, HF config key): the same number under two names
     ("vocab_size", "vocab_size"),
@@ -41,8 +42,8 @@ ARCHITECTURES = {  # what export writes, per HF checkpoint ("model" or ELECTRA's
 
 def _check_reproducible(hf: dict[str, Any], where: str) -> None:
     act = hf.get("hidden_act", "gelu")
-    if act not in EXACT_GELU:
-        raise UserError(f"{where}: hidden_act={act!r} is not reproduced (our encoder uses the exact erf GELU); "
+    if act not in ACTIVATIONS:
+        raise UserError(f"{where}: hidden_act={act!r} is not reproduced (we have {', '.join(ACTIVATIONS)}); "
                         "the checkpoint cannot be imported without changing its outputs")
     position = hf.get("position_embedding_type", "absolute")
     if position != "absolute":
@@ -62,6 +63,7 @@ def from_hf(hf: dict[str, Any], where: str, generator: dict[str, Any] | None = N
     defaults = EncoderConfig()
     block: dict[str, Any] = {"family": family}
     block.update({ours: hf.get(key, getattr(defaults, ours)) for ours, key in SAME_VALUE})
+    block["activation"] = ACTIVATIONS[hf.get("hidden_act", "gelu")]
     if family == "roberta":  # HF counts positions from padding_idx + 1
         block["position_offset"] = hf.get("pad_token_id", 1) + 1
     if family == "albert":
@@ -109,7 +111,7 @@ def to_hf(block: dict[str, Any], cfg: EncoderConfig, source: str) -> dict[str, A
     hf: dict[str, Any] = {
         "model_type": family,
         "architectures": [ARCHITECTURES[family, source]],
-        "hidden_act": "gelu",
+        "hidden_act": "gelu" if cfg.activation == "gelu" else "gelu_new",
         "position_embedding_type": "absolute",
         "pad_token_id": cfg.position_offset - 1 if family == "roberta" else 0,
         **{key: getattr(cfg, ours) for ours, key in SAME_VALUE},
