@@ -1,0 +1,102 @@
+"""Contextual embeddings from any pretraining checkpoint, as a function and a CLI.
+
+    python -m bertology.features --checkpoint runs/tiny --input sentences.txt --out features.npz \
+        [--layers=-1] [--max_seq_length=128]
+
+`extract` returns, per sentence, the token vectors of the chosen layers (0 is the embedding
+output, -1 the last layer; several are averaged) and a sentence vector: the mean over its real
+tokens, [CLS] and [SEP] included. Mean pooling is used rather than [CLS] because a pretrained
+[CLS] only ever learned NSP/SOP (or nothing, for RoBERTa/ELECTRA) and is a poor sentence summary
+without fine-tuning. The CLI takes one sentence per line and writes an .npz with `sentence`
+[n, H], `tokens` [n, max_seq_length, H] (zero at padding), `input_ids` and `input_mask`.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+from absl import flags
+
+from bertology.errors import UserError
+
+
+def extract(
+    checkpoint: str | pathlib.Path,
+    texts: Sequence[str],
+    *,
+    layers: Sequence[int] = (-1,),
+    max_seq_length: int = 128,
+    batch_size: int = 32,
+) -> dict[str, np.ndarray]:
+    """{'tokens', 'sentence', 'input_ids', 'input_mask'} for `texts` under the checkpoint's encoder."""
+    import jax
+
+    from bertology import models
+    from bertology.data.embedded import DEFAULT_VOCAB
+    from bertology.data.tokenizers import load_tokenizer
+    from bertology.models.encoder import Encoder
+    from bertology.models.tasks import masked_mean
+    from bertology.tasks.encode import encode_pair, stack
+    from bertology.train.checkpoint import load_params
+
+    if not texts:
+        raise UserError("no input sentences; give at least one non-empty line")
+    params, config = load_params(checkpoint)
+    cfg, encoder_params = models.pretrained_encoder(params, config["model"])
+    n_layers = cfg.num_layers + 1
+    if any(not -n_layers <= i < n_layers for i in layers):
+        raise UserError(f"layers {list(layers)} out of range for {cfg.num_layers} layers; use 0..{cfg.num_layers} or negative")
+    tokenizer = load_tokenizer(config["data"].get("vocab") or DEFAULT_VOCAB)
+    encoder = Encoder(cfg)
+
+    @jax.jit
+    def run(batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+        out = encoder.apply({"params": encoder_params}, batch["input_ids"], batch["input_mask"], batch["segment_ids"])
+        tokens = sum(out["layers"][i] for i in layers) / len(layers)
+        tokens = tokens * batch["input_mask"][..., None]
+        return tokens, masked_mean(tokens, batch["input_mask"])
+
+    arrays = stack([encode_pair(tokenizer, t, "", max_seq_length) for t in texts])
+    tokens, sentence = [], []
+    for start in range(0, len(texts), batch_size):
+        t, s = run({k: v[start:start + batch_size] for k, v in arrays.items()})
+        tokens.append(np.asarray(t))
+        sentence.append(np.asarray(s))
+    return {"tokens": np.concatenate(tokens), "sentence": np.concatenate(sentence),
+            "input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
+
+
+def _flags() -> flags.FlagValues:
+    fv = flags.FlagValues()
+    flags.DEFINE_string("checkpoint", None, "A pretraining --workdir (config.json + checkpoints/).", flag_values=fv)
+    flags.DEFINE_string("input", None, "Text file, one sentence per line.", flag_values=fv)
+    flags.DEFINE_string("out", "features.npz", "Where the .npz goes.", flag_values=fv)
+    flags.DEFINE_list("layers", ["-1"], "Layers to average (0 = embeddings, -1 = last).", flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", 128, "Tokens per sentence, [CLS]/[SEP] included.", flag_values=fv)
+    return fv
+
+
+def main(argv: list[str]) -> int:
+    fv = _flags()
+    try:
+        fv(argv)
+        if not fv.checkpoint or not fv.input:
+            raise UserError("--checkpoint and --input are required, e.g. --checkpoint runs/tiny --input sentences.txt")
+        path = pathlib.Path(fv.input)
+        if not path.is_file():
+            raise UserError(f"input file not found: {path}; give a text file with one sentence per line")
+        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        out = extract(fv.checkpoint, texts, layers=[int(i) for i in fv.layers], max_seq_length=fv.max_seq_length)
+    except (UserError, flags.Error, ValueError) as e:
+        print(f"bertology.features: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    np.savez(fv.out, **out)
+    print(f"wrote {fv.out}: {len(texts)} sentences, sentence vectors {out['sentence'].shape}, tokens {out['tokens'].shape}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

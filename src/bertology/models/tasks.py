@@ -1,0 +1,84 @@
+"""Fine-tuning heads on the shared encoder, and the three ways of fine-tuning it.
+
+Heads (Devlin et al. 2019, §4): sequence classification and regression read the pooled first
+token; token classification reads every position (only first sub-words are labelled); extractive
+QA scores each position as answer start and end; multiple choice encodes every (context, ending)
+pair and scores each pooled vector with one shared unit, so the choices compete in a softmax.
+
+Modes: `full` trains everything; `adapters` builds the encoder with Houlsby adapters (the
+optimizer then trains only adapters, LayerNorms and the head); `features` freezes the encoder and
+feeds the head an ELMo-style learned scalar mix of all its layers (Peters et al. 2018). A frozen
+encoder's first token was trained for NSP at best, so in that mode sequence-level heads read the
+mix averaged over real tokens instead.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bertology.models.encoder import Encoder, EncoderConfig, dense, ones, zeros
+
+Array = jax.Array
+MODES = ("full", "adapters", "features")
+SEQUENCE_KINDS = ("classification", "regression", "choice")
+
+
+class ScalarMix(nn.Module):
+    """gamma · Σ_j softmax(s)_j · layer_j over the embedding output and every layer's output."""
+
+    @nn.compact
+    def __call__(self, layers: list[Array]) -> Array:
+        weights = self.param("weights", zeros((None,)), (len(layers),), jnp.float32)
+        gamma = self.param("gamma", ones(()), (), jnp.float32)
+        mix = jnp.einsum("l,lbtd->btd", jax.nn.softmax(weights), jnp.stack(layers).astype(jnp.float32))
+        return gamma * mix
+
+
+def masked_mean(x: Array, mask: Array) -> Array:
+    m = mask.astype(x.dtype)[..., None]
+    return jnp.sum(x * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+
+
+class TaskModel(nn.Module):
+    """Encoder (params under `encoder`, loadable from pretraining) + one head (under `head`).
+
+    Returns {"logits"} ([batch, labels]; token: [batch, length, labels]; choice: [batch, choices];
+    regression: [batch]) or, for QA, {"start_logits", "end_logits"} ([batch, length]).
+    """
+
+    cfg: EncoderConfig
+    kind: str
+    num_labels: int
+    mode: str = "full"
+
+    @nn.compact
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
+        cfg = self.cfg
+        ids, mask, segments = batch["input_ids"], batch["input_mask"], batch.get("segment_ids")
+        choices = ids.shape[1] if self.kind == "choice" else None
+        if choices:  # [batch, choices, length] -> [batch·choices, length]
+            ids, mask = ids.reshape(-1, ids.shape[-1]), mask.reshape(-1, mask.shape[-1])
+            segments = None if segments is None else segments.reshape(-1, segments.shape[-1])
+        frozen = self.mode == "features"
+        out = Encoder(cfg, name="encoder")(ids, mask, segments, deterministic=deterministic or frozen)
+        if frozen:
+            sequence = ScalarMix(name="mix")([jax.lax.stop_gradient(x) for x in out["layers"]])
+            pooled = masked_mean(sequence, mask)
+        else:
+            sequence, pooled = out["sequence"], out["pooled"]
+        dropout = nn.Dropout(cfg.dropout_rate)
+        if self.kind == "qa":
+            logits = dense(cfg, 2, ("hidden", None), "head")(sequence).astype(jnp.float32)
+            return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+        if self.kind == "token":
+            x = dropout(sequence, deterministic=deterministic)
+            return {"logits": dense(cfg, self.num_labels, ("hidden", None), "head")(x).astype(jnp.float32)}
+        x = dropout(pooled, deterministic=deterministic)
+        logits = dense(cfg, self.num_labels, ("hidden", None), "head")(x).astype(jnp.float32)
+        if choices:
+            return {"logits": logits.reshape(-1, choices)}
+        if self.kind == "regression":
+            return {"logits": logits[:, 0]}
+        return {"logits": logits}

@@ -1,0 +1,58 @@
+"""Downstream tasks by name: what to read, what kind of head it needs, how it is scored.
+
+A `Task` ties a parser of the official local files (through the TFDS builder in
+`tasks.builder`) to a head kind and to the metrics its leaderboard reports. Names are the
+config's `task` values: the GLUE tasks (cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli),
+squad_v1, squad_v2, conll2003, swag, and `embedded` (no download needed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pathlib
+from typing import Any, Callable
+
+from bertology.errors import UserError
+
+Example = dict[str, Any]
+KINDS = ("classification", "regression", "token", "qa", "choice")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    name: str
+    kind: str  # one of KINDS: picks the head, the loss and the input encoding
+    labels: tuple[str, ...]  # class (or tag) names; () for regression and QA; choices: ("0".."3")
+    primary: str  # the metric that summarises the task (sweeps and tables sort by it)
+    # (data_dir, cache_dir, log) -> {split: examples}; the data_dir may be None where none is needed
+    load: Callable[..., dict[str, list[Example]]]
+    # (examples of one split, predictions) -> {metric: value in percent}
+    score: Callable[[list[Example], Any], dict[str, float]]
+    eval_splits: tuple[str, ...] = ("validation",)
+    # split -> submission file name, for the splits written in the leaderboard's format
+    submissions: tuple[tuple[str, str], ...] = ()
+    version: str = ""  # SQuAD: v1.1 or v2.0
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.kind in ("regression", "choice") else len(self.labels)
+
+
+# Task name -> the module of bertology.tasks that defines it (in its TASKS). Only that module is
+# imported: the embedded task reads the whole standard library to learn its class names.
+MODULES = {
+    **dict.fromkeys(("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"), "glue"),
+    "squad_v1": "squad", "squad_v2": "squad", "conll2003": "conll", "swag": "swag", "embedded": "embedded",
+}
+
+
+def get(name: str) -> Task:
+    if name not in MODULES:
+        raise UserError(f"unknown task {name!r}; known tasks: {', '.join(sorted(MODULES))}")
+    return importlib.import_module(f"bertology.tasks.{MODULES[name]}").TASKS[name]
+
+
+def data_dir(path: str | None, default: str) -> pathlib.Path:
+    """The task's directory: `data.dir` if set, else `data/<default>` under the working directory."""
+    return pathlib.Path(path or pathlib.Path("data") / default).expanduser()

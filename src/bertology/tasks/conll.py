@@ -1,0 +1,72 @@
+"""CoNLL-2003 English NER from the shared task's column files.
+
+Each line is `word POS chunk NER`; a blank line ends a sentence and `-DOCSTART-` lines separate
+documents. The files are train.txt / valid.txt / test.txt (the names most mirrors use) or the
+original eng.train / eng.testa / eng.testb. Tags are kept as the release has them (IOB1); the
+scorer follows conlleval, so either scheme scores the same entities.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+from typing import Iterator
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from bertology.errors import UserError
+from bertology.evaluation import conll as conll_metrics
+from bertology.tasks import Example, Task, builder, data_dir
+
+LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+FILES = {"train": ("train.txt", "eng.train"), "validation": ("valid.txt", "eng.testa"), "test": ("test.txt", "eng.testb")}
+
+
+def parse(path: pathlib.Path) -> Iterator[Example]:
+    words: list[str] = []
+    tags: list[int] = []
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate([*f, ""], 1):
+            cols = line.split()
+            if cols and cols[0] != "-DOCSTART-":
+                if cols[-1] not in LABELS:
+                    raise UserError(f"{path}:{line_no}: unknown NER tag {cols[-1]!r}; expected one of {LABELS}")
+                words.append(cols[0])
+                tags.append(LABELS.index(cols[-1]))
+            elif words:
+                yield {"idx": n, "tokens": words, "tags": tags}
+                n, words, tags = n + 1, [], []
+
+
+def _find(root: pathlib.Path, split: str) -> pathlib.Path | None:
+    return next((root / name for name in FILES[split] if (root / name).is_file()), None)
+
+
+def _load(directory: str | None, cache_dir=None, log=print) -> dict[str, list[Example]]:
+    root = data_dir(directory, "conll2003")
+    files = {}
+    for split in FILES:
+        path = _find(root, split)
+        if path is None and split != "test":
+            path = builder.require(root / FILES[split][0], "conll2003",
+                                   "put the CoNLL-2003 column files (train.txt, valid.txt, test.txt) there")
+        if path is not None:
+            files[split] = path
+    features = {"idx": np.int64, "tokens": tfds.features.Sequence(tfds.features.Text()),
+                "tags": tfds.features.Sequence(np.int64)}
+    parsers = {split: functools.partial(parse, path) for split, path in files.items()}
+    return builder.load("conll2003", features, parsers, list(files.values()), cache_dir, log)
+
+
+def _score(examples: list[Example], predictions: list[list[str]]) -> dict[str, float]:
+    gold = [[LABELS[t] for t in e["tags"]] for e in examples]
+    out = conll_metrics.entity_scores(gold, predictions)
+    return {k: out[k] for k in ("precision", "recall", "f1")}
+
+
+TASKS = {
+    "conll2003": Task(name="conll2003", kind="token", labels=LABELS, primary="f1", load=_load, score=_score,
+                      eval_splits=("validation",)),
+}

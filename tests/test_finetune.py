@@ -1,0 +1,190 @@
+"""Fine-tuning: every head learns on fixture data, the modes train what they should, LLRD is ELECTRA's."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertology import finetune as finetune_cli
+from bertology import tasks
+from bertology.errors import UserError
+from bertology.evaluation import outputs
+from bertology.train import optimizer as optimizer_lib
+from bertology.train.checkpoint import load_params
+from bertology.train.finetune import default_config, finetune, merge_pretrained, trainable_mask
+from bertology.train.loop import train
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+sys.path.insert(0, str(REPO / "configs"))
+import bert as bert_config  # noqa: E402
+
+TINY = dict(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, max_position_embeddings=64)
+
+
+def tiny(task, data_dir=None, **overrides):
+    c = default_config(task)
+    c.model.update(TINY)
+    c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
+    c.data.dir = str(FIXTURES / data_dir) if data_dir else None
+    c.data.max_seq_length = 48
+    c.data.doc_stride = 16
+    c.data.max_query_length = 16
+    c.batch_size = c.eval_batch_size = 8
+    c.total_steps = 40
+    c.log_every = 1
+    c.optimizer.learning_rate = 3e-3
+    c.mesh.shape = (1, 1)
+    for k, v in overrides.items():
+        node, *path = c, *k.split(".")
+        for p in path[:-1]:
+            node = node[p]
+        node[path[-1]] = v
+    return c
+
+
+def falls(result, drop):
+    loss = np.array(result["train_loss"])
+    return loss[-5:].mean() < loss[:5].mean() - drop
+
+
+@pytest.mark.parametrize("task, data_dir, drop", [
+    ("sst2", "glue/SST-2", 0.3),
+    ("stsb", "glue/STS-B", 2.0),
+    ("conll2003", "conll2003", 0.5),
+    ("squad_v1", "squad", 0.5),
+    ("swag", "swag", 0.3),
+])
+def test_each_head_learns_fixture_data(tmp_path, task, data_dir, drop):
+    result = finetune(tiny(task, data_dir), tmp_path)
+    assert falls(result, drop), result["train_loss"]
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["task"] == task and saved["steps"] == 40 and set(saved["scores"]) >= {result["primary"]}
+    if task == "sst2":  # the leaderboard file for the unlabeled test split
+        rows = (tmp_path / "submission" / "SST-2.tsv").read_text().splitlines()
+        assert rows[0] == "index\tprediction" and [r.split("\t")[0] for r in rows[1:]] == ["0", "1"]
+        assert {r.split("\t")[1] for r in rows[1:]} <= {"0", "1"}
+    if task == "squad_v1":
+        preds = json.loads((tmp_path / "predictions_validation.json").read_text())
+        assert set(preds) == {"q1", "q2", "q3", "q4", "q5"}
+        context = " ".join(e["context"] for e in tasks.get(task).load(str(FIXTURES / "squad"), None)["validation"])
+        assert all(p in context for p in preds.values())  # answers are substrings of the contexts
+
+
+def test_layerwise_lr_decay_is_electras():
+    params = {
+        "encoder": {"embeddings": {"token": {"embedding": jnp.ones(3)}}, "attention_0": {"query": {"kernel": jnp.ones(3)}},
+                    "ffn_1": {"output": {"kernel": jnp.ones(3)}}, "pooler": {"kernel": jnp.ones(3)}},
+        "head": {"kernel": jnp.ones(3)},
+    }
+    m = optimizer_lib.layerwise_multipliers(params, num_layers=2, decay=0.5)
+    # decay^(L + 2 - depth): embeddings depth 0, layer i depth i + 1, the rest depth L + 2
+    assert m["encoder"]["embeddings"]["token"]["embedding"] == 0.5 ** 4
+    assert m["encoder"]["attention_0"]["query"]["kernel"] == 0.5 ** 3
+    assert m["encoder"]["ffn_1"]["output"]["kernel"] == 0.5 ** 2
+    assert m["encoder"]["pooler"]["kernel"] == m["head"]["kernel"] == 1.0
+    # Adam's first step moves every weight by lr·sign(grad); the multiplier scales exactly that
+    cfg = default_config("sst2").optimizer
+    cfg.update(dict(learning_rate=0.1, warmup_steps=0, weight_decay=0.0, clip_norm=1e9))
+    tx, _ = optimizer_lib.make(cfg, 10, multipliers=m)
+    updates, _ = tx.update(jax.tree.map(jnp.ones_like, params), tx.init(params), params)
+    got = jax.tree.map(lambda u: float(u[0]), updates)
+    expected = jax.tree.map(lambda x: -0.1 * x, m)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4), got, expected)
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny BERT pretrained for 3 steps on a small text file.
+
+    Its init is 10x BERT's (0.2): at 0.02 a barely trained encoder attends almost uniformly and
+    its [CLS] vector hardly depends on the input, so a frozen encoder would give a head nothing.
+    """
+    root = tmp_path_factory.mktemp("pretrained")
+    sentences = [line for line in (FIXTURES / "glue" / "SST-2" / "train.tsv").read_text().splitlines()[1:]]
+    docs = ["\n".join(s.split("\t")[0] for s in sentences[i:i + 2]) for i in range(0, 8, 2)]
+    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n")
+    c = bert_config.get_config("tiny")
+    c.model.update(TINY)
+    c.model.initializer_range = 0.2
+    c.data.corpus = str(root / "corpus.txt")
+    c.data.max_seq_length, c.data.max_predictions_per_seq = 32, 5
+    c.batch_size, c.total_steps, c.eval_every, c.checkpoint_every, c.log_every = 4, 3, 0, 1000, 1
+    c.mesh.shape = (1, 1)
+    train(c, root / "run")
+    return root / "run"
+
+
+@pytest.mark.parametrize("mode", ["adapters", "features"])
+def test_frozen_modes_keep_the_pretrained_encoder(tmp_path, pretrained, mode):
+    c = tiny("sst2", "glue/SST-2", init_checkpoint=str(pretrained), mode=mode, total_steps=30)
+    c.optimizer.learning_rate = 1e-2  # only a few parameters move: a higher rate
+    result = finetune(c, tmp_path)
+    assert falls(result, 0.05), result["train_loss"]
+    saved, _ = load_params(pretrained)
+    encoder = result["params"]["encoder"]
+    for path, leaf in jax.tree_util.tree_leaves_with_path(encoder):
+        names = [p.key for p in path]
+        if "adapter" in names:
+            continue
+        before = saved["encoder"]
+        for n in names:
+            before = before[n]
+        if mode == "adapters" and "norm" in names:
+            continue  # LayerNorms train with the adapters
+        np.testing.assert_array_equal(np.asarray(leaf), before, err_msg=str(names))
+    if mode == "adapters":
+        up = encoder["attention_0"]["adapter"]["up"]["kernel"]
+        assert np.abs(np.asarray(up)).max() > 0  # adapters left their zero init
+    else:
+        assert not np.allclose(np.asarray(result["params"]["mix"]["weights"]), 0.0)
+
+
+def test_trainable_mask_by_mode():
+    params = {"encoder": {"attention_0": {"query": {"kernel": 0}, "adapter": {"up": {"kernel": 0}}, "norm": {"scale": 0}}},
+              "head": {"kernel": 0}, "mix": {"gamma": 0}}
+    flat = lambda mode: [m for m in jax.tree.leaves(trainable_mask(params, mode))]  # noqa: E731
+    # leaves in key order: adapter.up, norm.scale, query.kernel, head, mix
+    assert flat("full") == [True] * 5
+    assert flat("adapters") == [True, True, False, True, True]
+    assert flat("features") == [False, False, False, True, True]
+
+
+def test_merge_pretrained_keeps_new_adapters_and_checks_shapes():
+    fresh = {"attention_0": {"query": {"kernel": jnp.zeros(2)}, "adapter": {"up": {"kernel": jnp.full(2, 7.0)}}}}
+    merged = merge_pretrained(fresh, {"attention_0": {"query": {"kernel": np.ones(2)}}}, "ckpt")
+    assert merged["attention_0"]["query"]["kernel"].tolist() == [1, 1]
+    assert merged["attention_0"]["adapter"]["up"]["kernel"].tolist() == [7, 7]
+    with pytest.raises(UserError, match=r"ckpt: encoder tensor .*query.*kernel.* has shape \(3,\)"):
+        merge_pretrained(fresh, {"attention_0": {"query": {"kernel": np.ones(3)}}}, "ckpt")
+
+
+def test_cli_one_line_errors(tmp_path):
+    def cli(*args):
+        r = subprocess.run([sys.executable, "-m", "bertology.finetune", *args], capture_output=True, text=True,
+                           timeout=300, cwd=REPO)
+        return r.returncode, r.stderr.strip()
+
+    assert cli("--config=configs/finetune/glue.py:rte", f"--config.data.dir={tmp_path}", f"--workdir={tmp_path}/o") == (
+        2, f"bertology.finetune: error: rte: missing {tmp_path}/train.tsv; put the GLUE RTE files there "
+           "(or set --config.data.dir to the RTE directory)")
+    assert cli("--summary", str(tmp_path)) == (
+        2, f"bertology.finetune: error: {tmp_path}/results.json not found; pass the --workdir of finished fine-tuning runs")
+
+
+def test_summary_of_runs(tmp_path):
+    for name, acc in (("a", 50.0), ("b", 75.5)):
+        outputs.write_results(tmp_path / name, {"task": "embedded", "mode": "full", "scores": {"accuracy": acc}})
+    assert finetune_cli.summary([str(tmp_path / "a"), str(tmp_path / "b")]).splitlines()[2:] == [
+        "| embedded | scratch | full | 50.00 |", "| embedded | scratch | full | 75.50 |"]
+
+
+@pytest.mark.slow
+def test_embedded_task_beats_chance(tmp_path):
+    result = finetune(tiny("embedded", total_steps=150, batch_size=32, eval_batch_size=64), tmp_path)
+    assert result["scores"]["accuracy"] > 3 * 100 / 8  # 8 balanced classes: chance is 12.5%
