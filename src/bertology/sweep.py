@@ -123,7 +123,7 @@ def write_report(rows: list[dict], workdir: pathlib.Path) -> None:
         ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=family)
     ax.axhline(base, color="gray", linestyle="--", label="from scratch")
     ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
-    ax.set_xlim(left=0)
+    ax.set_xlim(0, 1.1 * max(r["flops"] for r in rows))
     ax.set_xlabel("pretraining FLOPs")
     ax.set_ylabel("embedded-task accuracy (%)")
     ax.legend()
