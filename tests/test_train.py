@@ -131,3 +131,12 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path):
     b = train(tiny_config(grad_accum_steps=4, **kw), tmp_path / "b")
     # The MLM loss is normalised per microbatch, so losses agree closely but not bit-exactly.
     np.testing.assert_allclose(losses(a), losses(b), rtol=2e-2)
+
+
+def test_init_checkpoint_starts_from_another_runs_parameters(tmp_path):
+    first = train(tiny_config(total_steps=3), tmp_path / "first")
+    # The warmup's learning rate is 0 at step 0, so after one step the parameters are still the source's.
+    second = train(tiny_config(total_steps=1, init_checkpoint=str(tmp_path / "first")), tmp_path / "second")
+    for a, b in zip(jax.tree.leaves(first["state"]["params"]), jax.tree.leaves(second["state"]["params"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert second["history"][0]["loss"] < first["history"][0]["loss"]  # it starts where the first run ended

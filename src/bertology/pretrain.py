@@ -3,6 +3,10 @@
     python -m bertology.pretrain --config configs/bert.py:tiny --workdir runs/tiny [--config.total_steps=200]
 
 Rerunning with the same --workdir resumes from its latest checkpoint.
+
+Multi-host: run the same command on every host. On a TPU pod add --distributed; under SLURM
+(srun, several tasks) nothing is needed; elsewhere pass --coordinator=HOST:PORT
+--num_processes=N --process_id=I (see bertology.train.distributed and launch/).
 """
 
 from __future__ import annotations
@@ -16,16 +20,26 @@ from bertology import cli
 
 def _define(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("workdir", "runs/default", "Checkpoints, metrics.jsonl and TensorBoard files go here.", flag_values=fv)
+    flags.DEFINE_string("coordinator", None, "HOST:PORT of process 0, for a multi-process run.", flag_values=fv)
+    flags.DEFINE_integer("num_processes", None, "How many processes the run has (with --coordinator).", flag_values=fv)
+    flags.DEFINE_integer("process_id", None, "This process's index, 0..num_processes-1 (with --coordinator).",
+                         flag_values=fv)
+    flags.DEFINE_bool("distributed", False, "Let JAX detect the cluster (TPU pod, SLURM, MPI) and join it.",
+                      flag_values=fv)
 
 
 def _main(fv: flags.FlagValues) -> None:
+    from bertology.train import distributed
+
+    distributed.initialize(fv.coordinator, fv.num_processes, fv.process_id, auto=fv.distributed)
     from bertology.train.loop import train
+    from bertology.train.metrics import log
 
     summary = train(fv.config, fv.workdir)
     history = summary["history"]
     if history:
-        print(f"done: step {summary['step']}, loss {history[0]['loss']:.4f} (step {history[0]['step']}) -> "
-              f"{history[-1]['loss']:.4f} (step {history[-1]['step']}); metrics in {fv.workdir}/metrics.jsonl")
+        log(f"done: step {summary['step']}, loss {history[0]['loss']:.4f} (step {history[0]['step']}) -> "
+            f"{history[-1]['loss']:.4f} (step {history[-1]['step']}); metrics in {fv.workdir}/metrics.jsonl")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
     c.total_steps = 1_000_000 if paper else 600
     c.batch_size = 256 if paper else 32
     c.grad_accum_steps = 1
+    # A run directory (pretraining, or `bertology.convert --from hf`) to start from: its model
+    # block and parameters replace this config's; the optimizer starts fresh.
+    c.init_checkpoint = placeholder(str)
 
     c.model = ml_collections.ConfigDict(dict(
         family=family,

@@ -237,13 +237,15 @@ class FeedForward(nn.Module):
         return sublayer_output(cfg, x, h, deterministic)
 
 
-def _remat(module_cls: type[nn.Module], policy: str) -> type[nn.Module]:
+def _remat(module_cls: type[nn.Module], policy: str, deterministic_arg: int) -> type[nn.Module]:
+    """Rematerialised `module_cls`; `deterministic_arg` is the index of its `deterministic`
+    argument counting `self` as 0 (flax's static_argnums convention), a Python bool to stay static."""
     if policy == "none":
         return module_cls
     checkpoint_policy = (
         jax.checkpoint_policies.dots_with_no_batch_dims_saveable if policy == "dots_saveable" else None
     )
-    return nn.remat(module_cls, policy=checkpoint_policy, static_argnums=(-1,))
+    return nn.remat(module_cls, policy=checkpoint_policy, static_argnums=(deterministic_arg,))
 
 
 class Embeddings(nn.Module):
@@ -297,8 +299,8 @@ class Encoder(nn.Module):
         n = cfg.num_layers
         n_attn = 1 if cfg.share_layers in ("all", "attention") else n
         n_ffn = 1 if cfg.share_layers in ("all", "ffn") else n
-        attn_cls = _remat(SelfAttention, cfg.remat)
-        ffn_cls = _remat(FeedForward, cfg.remat)
+        attn_cls = _remat(SelfAttention, cfg.remat, deterministic_arg=3)  # (self, x, bias, deterministic)
+        ffn_cls = _remat(FeedForward, cfg.remat, deterministic_arg=2)  # (self, x, deterministic)
         self.attention = [attn_cls(cfg, name=f"attention_{i}") for i in range(n_attn)]
         self.ffn = [ffn_cls(cfg, name=f"ffn_{i}") for i in range(n_ffn)]
         if cfg.pooler:

@@ -14,13 +14,19 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 
 from bertology.errors import UserError
+from bertology.train.metrics import is_remote
 
 
 class Checkpointer:
+    """Saves and restores {step, params, opt_state} with the data position; every process takes
+    part (each writes its own shards), and `workdir` may be local or gs://."""
+
     def __init__(self, workdir: str | pathlib.Path, keep: int):
-        self.directory = pathlib.Path(workdir).absolute() / "checkpoints"
+        workdir = epath.Path(workdir)
+        self.directory = (workdir if is_remote(workdir) else workdir.absolute()) / "checkpoints"
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
@@ -38,8 +44,12 @@ class Checkpointer:
 
     def restore(self, step: int, abstract_state: dict) -> tuple[dict, dict]:
         """Restore into the shapes, dtypes and shardings of `abstract_state` (a dict with `params`)."""
-        saved = self.manager.item_metadata(step)["state"]["params"]
-        check_shapes(saved, abstract_state["params"], self.directory / str(step))
+        saved = self.manager.item_metadata(step)["state"]
+        if "opt_state" not in saved:
+            workdir = self.directory.parent
+            raise UserError(f"{workdir} holds imported parameters only, nothing to resume; start a new --workdir "
+                            f"with --config.init_checkpoint={workdir}")
+        check_shapes(saved["params"], abstract_state["params"], self.directory / str(step))
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(

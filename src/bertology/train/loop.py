@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+from etils import epath
 
 from bertology import models, objectives
 from bertology.data import corpus as corpus_lib
@@ -31,7 +32,8 @@ from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
 from bertology.train import optimizer as optimizer_lib
 from bertology.train import sharding
-from bertology.train.checkpoint import Checkpointer
+from bertology.train.checkpoint import Checkpointer, check_shapes, load_params
+from bertology.train.distributed import any_process
 from bertology.train.metrics import MetricsWriter, format_duration, log
 
 State = dict[str, Any]
@@ -78,6 +80,17 @@ def make_train_step(
     return step
 
 
+def state_init(model: nn.Module, tx: optax.GradientTransformation, example: dict[str, Any]) -> Callable:
+    """key -> a fresh train state {step, params, opt_state}, its leaves boxed with logical axis names
+    (so `jax.eval_shape` of it gives the shardings without allocating anything)."""
+
+    def init(key: jax.Array) -> State:
+        params = model.init({"params": key, "dropout": key}, example, deterministic=True)["params"]
+        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+
+    return init
+
+
 def resolve_vocab(config: ml_collections.ConfigDict) -> tuple[pathlib.Path, Any]:
     """The tokenizer, and config.model.vocab_size checked against (or filled from) it."""
     path = pathlib.Path(config.data.vocab or DEFAULT_VOCAB)
@@ -92,7 +105,24 @@ def resolve_vocab(config: ml_collections.ConfigDict) -> tuple[pathlib.Path, Any]
     return path, tokenizer
 
 
-def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
+def adopt_init_checkpoint(config: ml_collections.ConfigDict) -> Any | None:
+    """With `init_checkpoint` set (a pretraining run or a `bertology.convert --from hf` import),
+    take its model block and, unless set, its vocab, and return its parameters to start from.
+    A run that already has checkpoints in its workdir resumes from those instead."""
+    if not config.get("init_checkpoint"):
+        return None
+    params, source = load_params(config.init_checkpoint)
+    family = source["model"]["family"]
+    if family != config.model.family:
+        raise UserError(f"init_checkpoint {config.init_checkpoint} is a {family} model but this config pretrains "
+                        f"{config.model.family}; use configs/{family}.py")
+    config.model = ml_collections.ConfigDict(source["model"])
+    if config.data.vocab is None:
+        config.data.vocab = source["data"]["vocab"]
+    return params
+
+
+def write_config(config: ml_collections.ConfigDict, workdir: epath.Path) -> None:
     """Keep the resolved config beside the checkpoints: fine-tuning and export rebuild the model from it."""
     if jax.process_index() == 0:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -114,11 +144,13 @@ class Preemption:
 
 
 def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, Any]:
-    """Pretrain per `config` in `workdir`, resuming from its latest checkpoint. Returns a summary."""
-    workdir = pathlib.Path(workdir)
+    """Pretrain per `config` in `workdir` (a local path or gs://...), resuming from its latest
+    checkpoint. Returns a summary."""
+    workdir = epath.Path(workdir)
     config = ml_collections.ConfigDict(config.to_dict())  # our own copy: vocab_size may be filled in
     mesh = sharding.make_mesh(config.mesh)
-    rules = sharding.rules_from_config(config.mesh.rules)
+    rules = sharding.rules_for(config.mesh)
+    init_params = adopt_init_checkpoint(config)
     vocab_path, tokenizer = resolve_vocab(config)
     config.data.vocab = str(vocab_path)
     write_config(config, workdir)
@@ -152,23 +184,26 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
     stream.set_state({"pass": 0, "offset": 0, "step": 0})
     example = {k: v[:1] for k, v in first.items()}
 
-    def init_boxed(k):
-        params = model.init({"params": k, "dropout": k}, example, deterministic=True)["params"]
-        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
-
+    init_boxed = state_init(model, tx, example)
     with sharding.activate(mesh, rules):
         state_shardings = sharding.logical_shardings(jax.eval_shape(init_boxed, key), mesh, rules)
         checkpointer = Checkpointer(workdir, config.keep_checkpoints)
         latest = checkpointer.latest_step()
-        if latest is None:
+        abstract = jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+            jax.eval_shape(lambda k: nn.meta.unbox(init_boxed(k)), key),
+            state_shardings,
+        )
+        if latest is None and init_params is not None:
+            check_shapes(init_params, abstract["params"], pathlib.Path(config.init_checkpoint))
+            start = jax.jit(lambda p: {"step": jnp.zeros((), jnp.int32), "params": p, "opt_state": tx.init(p)},
+                            out_shardings=state_shardings)
+            state = start(init_params)
+            log(f"starting from the parameters of {config.init_checkpoint}")
+        elif latest is None:
             init = jax.jit(lambda k: nn.meta.unbox(init_boxed(k)), out_shardings=state_shardings)
             state = init(key)
         else:
-            abstract = jax.tree.map(
-                lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                jax.eval_shape(lambda k: nn.meta.unbox(init_boxed(k)), key),
-                state_shardings,
-            )
             state, data_state = checkpointer.restore(latest, abstract)
             stream.set_state(data_state)
             log(f"resumed from {checkpointer.directory / str(latest)} at step {latest}")
@@ -198,6 +233,7 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
         history: list[dict[str, float]] = []
         pending: list[dict] = []
         t_last, step_last = time.time(), step
+        stop = False
         log(
             f"training {config.model.family} ({sum(x.size for x in jax.tree.leaves(state['params'])) / 1e6:.2f}M params) "
             f"on {jax.device_count()} device(s), mesh {dict(mesh.shape)}, steps {step}->{config.total_steps}, "
@@ -209,7 +245,8 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
                 state, metrics = train_step(state, batch, key)
                 step += 1
                 pending.append(metrics)
-                if step % config.log_every == 0 or step == config.total_steps or preemption.requested:
+                stop = any_process(preemption.requested)
+                if step % config.log_every == 0 or step == config.total_steps or stop:
                     rows_ = jax.device_get(pending)
                     pending = []
                     for i, m in enumerate(rows_):
@@ -227,13 +264,14 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
                         + f" | eta {format_duration((config.total_steps - step) / max(rate, 1e-9))}"
                     )
                     t_last, step_last = now, step
+                    writer.flush()
                 if config.eval_every and (step % config.eval_every == 0 or step == config.total_steps):
                     ev = evaluate(state["params"])
                     writer.write(step, ev, prefix="eval_")
                     log(f"eval @ {step}: " + " | ".join(f"{k} {v:.4f}" for k, v in ev.items()))
-                if step % config.checkpoint_every == 0 or step == config.total_steps or preemption.requested:
+                if step % config.checkpoint_every == 0 or step == config.total_steps or stop:
                     checkpointer.save(step, state, stream.get_state())
-                if preemption.requested:
+                if stop:
                     log(f"SIGTERM: checkpoint written at step {step}; rerun the same command to resume")
                     break
         finally:
@@ -241,4 +279,4 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
             checkpointer.close()
             writer.close()
             preemption.restore()
-    return {"history": history, "state": state, "step": step, "preempted": preemption.requested}
+    return {"history": history, "state": state, "step": step, "preempted": stop}

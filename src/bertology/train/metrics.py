@@ -2,6 +2,10 @@
 
 TensorBoard event files are written with tensorboardX, which needs no TensorFlow. Only process 0
 writes; other processes get a writer that does nothing.
+
+A workdir on object storage (gs://, for TPU pods) cannot be appended to, so there metrics.jsonl
+is appended locally and copied over the remote file at every `flush` (each log line) and at
+`close`; tensorboardX writes gs:// itself (with google-cloud-storage installed).
 """
 
 from __future__ import annotations
@@ -9,10 +13,12 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
+import tempfile
 import time
 from typing import Mapping
 
 import jax
+from etils import epath
 
 
 def log(message: str) -> None:
@@ -36,9 +42,13 @@ class MetricsWriter:
             return
         from tensorboardX import SummaryWriter
 
-        workdir = pathlib.Path(workdir)
+        workdir = epath.Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
-        self._jsonl = open(workdir / "metrics.jsonl", "a", buffering=1)
+        self._remote = workdir / "metrics.jsonl" if is_remote(workdir) else None
+        local = pathlib.Path(tempfile.mkdtemp()) / "metrics.jsonl" if self._remote else workdir / "metrics.jsonl"
+        if self._remote and self._remote.exists():  # a resumed run continues the remote file
+            local.write_text(self._remote.read_text())
+        self._jsonl = open(local, "a", buffering=1)
         self._tb = SummaryWriter(str(workdir / "tensorboard"))
 
     def write(self, step: int, metrics: Mapping[str, float], prefix: str = "") -> None:
@@ -49,7 +59,18 @@ class MetricsWriter:
         for k, v in row.items():
             self._tb.add_scalar(k, v, int(step))
 
+    def flush(self) -> None:
+        """Make everything written so far visible in the workdir (a copy, for object storage)."""
+        if self.enabled and self._remote:
+            self._remote.write_text(pathlib.Path(self._jsonl.name).read_text())
+
     def close(self) -> None:
         if self.enabled:
             self._jsonl.close()
             self._tb.close()
+            self.flush()
+
+
+def is_remote(path: str | pathlib.Path | epath.Path) -> bool:
+    """A cloud path (gs://, s3://): no appends, no local-file APIs."""
+    return "://" in str(path)

@@ -1,7 +1,14 @@
 """Mesh and logical-axis rules: the only place that decides where arrays live.
 
-Parameters carry logical axis names (see models/encoder.py); the config's `mesh.rules` maps each
-name to a mesh axis or None. A different parallelism strategy is a different rules table.
+Parameters carry logical axis names (see models/encoder.py: vocab, embed, hidden, heads, kv, mlp;
+activations: batch, length). A rules table maps each name to a mesh axis or None, and a
+parallelism strategy is nothing but such a table, named in `mesh.strategy`; the model never
+changes between strategies. `mesh.rules`, when set, overrides the strategy's table.
+
+flax assigns rules in table order and never uses one mesh axis twice in an array, so listing
+`batch` first keeps activations batch-sharded under FSDP while weights take `data` on another
+dimension (their `embed`, `mlp`, `vocab`, ... axis), which is ZeRO-3: every weight and its Adam
+moments live 1/N per device and are all-gathered for use.
 
 Two pitfalls on these versions, handled here: `jax.make_mesh` defaults to Explicit axis types
 (we ask for Auto so linen's logical constraints apply), and `with mesh:` silently turns linen's
@@ -17,11 +24,57 @@ import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from ml_collections.config_dict import placeholder
 
 from bertology.errors import UserError
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
+
+_DATA_PARALLEL: Rules = (("batch", "data"),)
+# Megatron: attention heads and MLP hidden units split over `model`, the rest replicated.
+_TENSOR_PARALLEL: Rules = (("heads", "model"), ("mlp", "model"))
+# ZeRO-3: each weight split over `data` along the first of these of its axes that is free
+# (kv catches the (heads, kv) biases; under fsdp_tp `heads` and `mlp` are already on `model`).
+_FULLY_SHARDED: Rules = (("embed", "data"), ("mlp", "data"), ("vocab", "data"), ("hidden", "data"), ("kv", "data"))
+
+STRATEGIES: dict[str, Rules] = {
+    "dp": _DATA_PARALLEL,
+    "fsdp": _DATA_PARALLEL + _FULLY_SHARDED,
+    "tp": _DATA_PARALLEL + _TENSOR_PARALLEL,
+    "fsdp_tp": _DATA_PARALLEL + _TENSOR_PARALLEL + _FULLY_SHARDED,
+}
+
+
+def mesh_config(
+    strategy: str = "dp", shape: Sequence[int] = (-1, 1), axes: Sequence[str] = ("data", "model")
+) -> ml_collections.ConfigDict:
+    """The `mesh` block of a config: a named strategy on a mesh; `rules` (None) may override it.
+
+    Configs call this rather than spelling the block out, so every family accepts the same
+    `--config.mesh.*` overrides.
+    """
+    _check_strategy(strategy)
+    return ml_collections.ConfigDict(
+        dict(strategy=strategy, axes=tuple(axes), shape=tuple(shape), rules=placeholder(list))
+    )
+
+
+def _check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise UserError(f"mesh.strategy={strategy!r} is unknown; use one of {sorted(STRATEGIES)}")
+
+
+def rules_for(cfg: ml_collections.ConfigDict) -> Rules:
+    """The rules table in force: `mesh.rules` if given, else the table of `mesh.strategy`.
+
+    Config files turn tuples into lists, so a given table is turned back into tuples.
+    """
+    if cfg.get("rules") is not None:
+        return tuple((name, tuple(axis) if isinstance(axis, list) else axis) for name, axis in cfg.rules)
+    strategy = cfg.get("strategy", "dp")
+    _check_strategy(strategy)
+    return STRATEGIES[strategy]
 
 
 def make_mesh(mesh_config: ml_collections.ConfigDict, devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -46,10 +99,6 @@ def make_mesh(mesh_config: ml_collections.ConfigDict, devices: Sequence[jax.Devi
     return jax.make_mesh(tuple(shape), axes, axis_types=(AxisType.Auto,) * len(axes), devices=devices[:need])
 
 
-def rules_from_config(rules: Sequence[Sequence[Any]]) -> Rules:
-    return tuple((name, tuple(axis) if isinstance(axis, list) else axis) for name, axis in rules)
-
-
 @contextlib.contextmanager
 def activate(mesh: Mesh, rules: Rules) -> Iterator[None]:
     """Make `mesh` and `rules` current for tracing (logical constraints) and placement."""
@@ -58,8 +107,26 @@ def activate(mesh: Mesh, rules: Rules) -> Iterator[None]:
 
 
 def logical_shardings(boxed_tree: Any, mesh: Mesh, rules: Rules) -> Any:
-    """NamedShardings for a tree whose leaves are (abstract) LogicallyPartitioned boxes."""
-    return nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed_tree), mesh, rules)
+    """NamedShardings for a tree whose leaves are (abstract) LogicallyPartitioned boxes.
+
+    A dimension that its mesh axes do not divide is kept whole (e.g. BERT's 30522-entry MLM bias
+    under FSDP over 8), so a strategy works for any vocabulary; only that leaf stays replicated.
+    """
+    is_spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
+    specs = nn.logical_to_mesh(nn.get_partition_spec(boxed_tree), rules)
+    boxed = lambda x: isinstance(x, nn.LogicallyPartitioned)  # noqa: E731
+    shapes = jax.tree.map(lambda x: x.value if boxed(x) else x, boxed_tree, is_leaf=boxed)
+
+    def fit(spec: PartitionSpec, leaf: Any) -> NamedSharding:
+        dims = [axes if leaf.shape[i] % _size(mesh, axes) == 0 else None for i, axes in enumerate(spec)]
+        return NamedSharding(mesh, PartitionSpec(*dims))
+
+    return jax.tree.map(fit, specs, shapes, is_leaf=is_spec)
+
+
+def _size(mesh: Mesh, axes: str | tuple[str, ...] | None) -> int:
+    names = () if axes is None else (axes,) if isinstance(axes, str) else axes
+    return int(np.prod([mesh.shape[n] for n in names]))
 
 
 def batch_sharding(mesh: Mesh, rules: Rules) -> NamedSharding:

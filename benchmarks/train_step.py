@@ -1,0 +1,157 @@
+"""Train-step throughput of BERT pretraining, ours against Hugging Face Flax, in one process.
+
+    python -m benchmarks.train_step --preset base --batch_size 16 [--peak_flops 989e12]
+
+Both run the same batch shapes, the same loss (MLM at the gathered positions + NSP, dropout on)
+and the same optax AdamW step built from the config; only the model code differs. Prints the
+tokens/s of each, our counted FLOPs/token and MFU (with --peak_flops), and the ratio (of wall
+time, and of this process's CPU time, which other jobs on a shared machine cannot inflate); appends a
+JSON line to --out/train_step.jsonl and a markdown row to --out/train_step.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks.flops import train_flops_per_token
+from bertology import models, objectives
+from bertology.models.encoder import EncoderConfig
+from bertology.train import optimizer as optimizer_lib
+from bertology.train.loop import make_train_step
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def bert_config(preset: str, vocab_size: int, dtype: str, remat: str) -> Any:
+    """configs/bert.py's config for `preset`, with the benchmark's vocab, dtype and remat."""
+    sys.path.insert(0, str(REPO / "configs"))
+    import bert
+
+    c = bert.get_config(preset)
+    c.model.vocab_size, c.model.dtype, c.model.remat = vocab_size, dtype, remat
+    return c
+
+
+def random_batch(cfg: EncoderConfig, batch: int, length: int, predictions: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """A pretraining batch of the right shapes and dtypes; the values do not affect speed."""
+    rng = np.random.default_rng(seed)
+    positions = np.sort(np.stack([rng.choice(np.arange(1, length), predictions, replace=False) for _ in range(batch)]), 1)
+    return {
+        "input_ids": rng.integers(0, cfg.vocab_size, (batch, length), dtype=np.int32),
+        "segment_ids": (np.arange(length) >= length // 2).astype(np.int32)[None].repeat(batch, 0),
+        "input_mask": np.ones((batch, length), np.int32),
+        "masked_positions": positions.astype(np.int32),
+        "masked_ids": rng.integers(0, cfg.vocab_size, (batch, predictions), dtype=np.int32),
+        "masked_weights": np.ones((batch, predictions), np.float32),
+        "next_sentence_label": rng.integers(0, 2, (batch,), dtype=np.int32),
+    }
+
+
+def seconds_per_step(runs: list[tuple[Callable, Any]], batch: dict, steps: int, warmup: int = 2) -> list[dict]:
+    """Median wall and process-CPU seconds of a step of each (step, state), after `warmup` steps.
+
+    The runs take turns step by step, so a load change on a shared machine hits all of them
+    alike; CPU seconds (all threads of this process) are what other processes cannot inflate.
+    """
+    key = jax.random.key(0)
+    batch = jax.device_put(batch)
+    states = [state for _, state in runs]
+    times: list[dict[str, list[float]]] = [{"wall": [], "cpu": []} for _ in runs]
+    for i in range(warmup + steps):
+        for r, (step, _) in enumerate(runs):
+            wall, cpu = time.perf_counter(), time.process_time()
+            states[r], metrics = step(states[r], batch, key)
+            jax.block_until_ready(metrics)
+            if i >= warmup:
+                times[r]["wall"].append(time.perf_counter() - wall)
+                times[r]["cpu"].append(time.process_time() - cpu)
+    return [{k: float(np.median(v)) for k, v in t.items()} for t in times]
+
+
+def jitted_step(model: Any, loss_fn: Callable, params: Any, config: Any) -> tuple[Callable, dict]:
+    tx, lr = optimizer_lib.make(config.optimizer, config.total_steps)
+    state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+    return jax.jit(make_train_step(model, loss_fn, tx, lr, 1), donate_argnums=(0,)), state
+
+
+def ours(config: Any, batch: dict) -> tuple[Callable, dict]:
+    model = models.build(config.model)
+    example = {k: v[:1] for k, v in batch.items()}
+    params = jax.jit(lambda k: model.init({"params": k}, example)["params"])(jax.random.key(0))
+    return jitted_step(model, objectives.get("bert"), params, config)
+
+
+def theirs(config: Any) -> tuple[Callable, dict]:
+    from benchmarks.reference import hf_loss, hf_model
+
+    model = hf_model(models.encoder_config(config.model))
+    return jitted_step(model, hf_loss, model.params, config)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="base")
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--seq_len", type=int, default=128)
+    p.add_argument("--predictions", type=int, default=20, help="max_predictions_per_seq (gathered MLM positions)")
+    p.add_argument("--vocab_size", type=int, default=30522, help="BERT's uncased vocabulary size")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--remat", default="none", choices=("none", "full", "dots_saveable"))
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--peak_flops", type=float, default=None, help="the device's peak FLOP/s, for MFU")
+    p.add_argument("--no_reference", action="store_true", help="skip Hugging Face (e.g. on a GPU run)")
+    p.add_argument("--out", default="runs/benchmarks")
+    args = p.parse_args(argv)
+
+    config = bert_config(args.preset, args.vocab_size, args.dtype, args.remat)
+    cfg = models.encoder_config(config.model)
+    batch = random_batch(cfg, args.batch_size, args.seq_len, args.predictions)
+    tokens = args.batch_size * args.seq_len
+    row: dict[str, Any] = dict(
+        preset=args.preset, batch_size=args.batch_size, seq_len=args.seq_len, dtype=args.dtype, remat=args.remat,
+        vocab_size=args.vocab_size, device=jax.devices()[0].device_kind, device_count=1,
+        flops_per_token=train_flops_per_token(cfg, args.seq_len, args.predictions),
+    )
+    runs = [ours(config, batch)] + ([] if args.no_reference else [theirs(config)])
+    seconds = seconds_per_step(runs, batch, args.steps)
+    row["tokens_per_s"] = tokens / seconds[0]["wall"]
+    row["mfu"] = row["tokens_per_s"] * row["flops_per_token"] / args.peak_flops if args.peak_flops else None
+    if not args.no_reference:
+        row["hf_tokens_per_s"] = tokens / seconds[1]["wall"]
+        row["ratio"] = row["tokens_per_s"] / row["hf_tokens_per_s"]
+        row["cpu_ratio"] = seconds[1]["cpu"] / seconds[0]["cpu"]
+    write(row, pathlib.Path(args.out))
+    return row
+
+
+def write(row: dict, out: pathlib.Path) -> None:
+    """Print and append the JSON line and the markdown row (a header when the table is new)."""
+    out.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(row)
+    print(line)
+    with open(out / "train_step.jsonl", "a") as f:
+        f.write(line + "\n")
+    cols = ["preset", "batch_size", "seq_len", "dtype", "remat", "device", "tokens_per_s", "flops_per_token", "mfu",
+            "hf_tokens_per_s", "ratio", "cpu_ratio"]
+    fmt = {"tokens_per_s": "{:,.0f}", "hf_tokens_per_s": "{:,.0f}", "flops_per_token": "{:.3g}", "mfu": "{:.1%}",
+           "ratio": "{:.2f}x", "cpu_ratio": "{:.2f}x"}
+    cells = ["—" if row.get(c) is None else fmt.get(c, "{}").format(row[c]) for c in cols]
+    table = out / "train_step.md"
+    header = "" if table.exists() else "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
+    md = header + "| " + " | ".join(cells) + " |\n"
+    print(md, end="")
+    with open(table, "a") as f:
+        f.write(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The benchmark harness runs end to end on toy shapes and counts what it claims to count."""
+
+import json
+
+import jax
+import pytest
+
+from benchmarks import flops, memory, padding, pipeline, train_step
+from bertology import models
+from bertology.models.encoder import EncoderConfig
+
+
+def test_flops_per_token_of_bert_base_with_the_gathered_head():
+    base = EncoderConfig(vocab_size=30522)
+    # The issue's figure: ~546 MFLOPs/token for BERT-base, seq 128, 20 gathered predictions.
+    assert flops.train_flops_per_token(base, 128, 20) == pytest.approx(546.3e6, rel=1e-3)
+    full_head = flops.train_flops_per_token(base, 128, None)
+    assert full_head - flops.train_flops_per_token(base, 128, 20) == pytest.approx(3 * (108 / 128) * (2 * 768 * 768 + 2 * 768 * 30522))
+
+
+def test_train_step_against_hugging_face_writes_json_and_markdown(tmp_path):
+    row = train_step.main(["--preset", "tiny", "--batch_size", "2", "--seq_len", "16", "--predictions", "2",
+                           "--vocab_size", "128", "--steps", "1", "--peak_flops", "1e12", "--out", str(tmp_path)])
+    assert row["tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
+    assert row["ratio"] == pytest.approx(row["tokens_per_s"] / row["hf_tokens_per_s"])
+    assert row["mfu"] == pytest.approx(row["tokens_per_s"] * row["flops_per_token"] / 1e12)
+    (line,) = (tmp_path / "train_step.jsonl").read_text().splitlines()
+    assert json.loads(line) == row
+    header, rule, cells = (tmp_path / "train_step.md").read_text().splitlines()
+    assert header.startswith("| preset | batch_size") and cells.startswith("| tiny | 2 | 16 | float32 |")
+
+
+def tiny_batch(config):
+    return train_step.random_batch(models.encoder_config(config.model), 8, 64, 4)
+
+
+def test_memory_per_strategy():
+    config = train_step.bert_config("tiny", 1024, "float32", "none")
+    dp, fsdp = (memory.state_mib_per_device(memory.abstract_state(config, tiny_batch(config), memory.mesh_config(s, (8, 1)))[1])
+                for s in ("dp", "fsdp"))
+    assert fsdp == pytest.approx(dp / 8, rel=0.01)
+    assert memory.compiled_mib(config, tiny_batch(config))["temporaries"] > 0
+
+
+def test_remat_keeps_fewer_activations():
+    temps = {}
+    for remat in ("none", "full"):  # mini at 32 x 128: activations dominate the temporaries
+        config = train_step.bert_config("mini", 1024, "float32", remat)
+        batch = train_step.random_batch(models.encoder_config(config.model), 32, 128, 20)
+        temps[remat] = memory.compiled_mib(config, batch)["temporaries"]
+    assert 0 < temps["full"] < temps["none"]  # remat keeps fewer activations for the backward pass
+
+
+@pytest.mark.slow
+def test_pipeline_and_padding_on_the_embedded_corpus(capsys):
+    out = pipeline.main(["--batch_size", "64", "--passes", "1"])
+    assert out["examples"] >= out["instances_per_pass"] and out["examples_per_s"] > 0
+    fractions = padding.main([])
+    assert fractions["packed"] < fractions["one document per row"] / 4

@@ -1,0 +1,77 @@
+"""Two processes on localhost, 4 CPU devices each, act as one 8-device run (gloo collectives).
+
+Process 0 writes metrics.jsonl; the losses must match a single-process 8-device run, and a run
+resumed by both processes from a shared checkpoint must continue exactly as it went on before.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bertology.train.loop import train
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "configs"))
+import bert as bert_config  # noqa: E402
+
+STEPS, CHECKPOINT = 6, 3
+OVERRIDES = dict(batch_size=16, total_steps=STEPS, log_every=1, eval_every=0, checkpoint_every=CHECKPOINT,
+                 keep_checkpoints=5, **{"data.max_seq_length": 32, "data.max_predictions_per_seq": 5,
+                                        "mesh.shape": "(8,1)", "mesh.strategy": "fsdp"})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def two_processes(workdir: pathlib.Path) -> None:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
+    port = free_port()
+    args = [sys.executable, "-m", "bertology.pretrain", f"--config={REPO}/configs/bert.py:tiny",
+            f"--workdir={workdir}", f"--coordinator=localhost:{port}", "--num_processes=2"]
+    args += [f"--config.{k}={v}" for k, v in OVERRIDES.items()]
+    procs = [subprocess.Popen(args + [f"--process_id={i}"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    ours = [[line for line in out.splitlines() if not line.startswith("[Gloo]")] for out in outs]  # gloo's C++ notes
+    assert any("on 8 device(s)" in line for line in ours[0]) and ours[1] == [], outs  # only process 0 logs
+
+
+def losses(workdir: pathlib.Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_process_and_resume_exactly(tmp_path):
+    one = bert_config.get_config("tiny")
+    for k, v in OVERRIDES.items():
+        node, *path = [one, *k.split(".")]
+        for p in path[:-1]:
+            node = node[p]
+        node[path[-1]] = eval(v) if isinstance(v, str) and v.startswith("(") else v
+    single = [h["loss"] for h in train(one, tmp_path / "single")["history"]]
+
+    work = tmp_path / "two"
+    two_processes(work)
+    straight = losses(work)
+    assert len(straight) == STEPS
+    np.testing.assert_allclose(straight, single, atol=1e-5, rtol=0)
+
+    # Keep only the step-3 checkpoint, as if both hosts had been stopped there; both resume from it.
+    for d in (work / "checkpoints").iterdir():
+        if d.name.isdigit() and int(d.name) > CHECKPOINT:
+            shutil.rmtree(d)
+    two_processes(work)
+    resumed = losses(work)[STEPS:]
+    assert resumed == straight[CHECKPOINT:]
