@@ -279,3 +279,26 @@ def test_tiny_family_learns_on_one_and_eight_devices(family, tmp_path):
     mlm = one[:, 1]
     assert mlm[-10:].mean() < mlm[:5].mean() - 0.75, mlm  # nats: far beyond step-to-step noise
     np.testing.assert_allclose(eight, one, rtol=2e-4)
+
+
+def test_packed_instances_flow_through_the_stream():
+    from bertology.data.pipeline import PretrainingStream
+    from bertology.data.tokenizers import load_tokenizer
+    from bertology.data.embedded import DEFAULT_VOCAB
+
+    tok = load_tokenizer(DEFAULT_VOCAB)
+    rng = np.random.default_rng(0)
+    docs = [[rng.integers(10, 2000, rng.integers(3, 15)).astype(np.int32) for _ in range(rng.integers(1, 4))]
+            for _ in range(60)]
+    c = load_config("roberta", "tiny").data
+    c.update(instances="packed", max_seq_length=64, vocab=None)
+    batch = next(PretrainingStream(docs, tok, c, batch_size=16, seed=0))
+    ids, pid, pos = batch["input_ids"], batch["packing_ids"], batch["positions"]
+    assert (pid.max(1) >= 2).any()  # rows hold several documents
+    for r in range(16):
+        for k in range(1, pid[r].max() + 1):
+            piece = np.flatnonzero(pid[r] == k)
+            np.testing.assert_array_equal(pos[r, piece], np.arange(len(piece)))  # positions restart
+            assert ids[r, piece[-1]] == tok.sep_id  # each document ends with its own [SEP]
+    originals = batch["masked_ids"][batch["masked_weights"] > 0]
+    assert len(originals) and not np.isin(originals, [tok.cls_id, tok.sep_id, tok.pad_id]).any()

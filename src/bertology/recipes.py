@@ -38,6 +38,9 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         initializer_range=0.02,
         dtype="float32",
         remat="none",
+        attention_mask="padding",  # padding | packed (with data.instances=packed)
+        share_layers="none",  # none | all | attention | ffn (ALBERT's cross-layer sharing)
+        activation="gelu",  # gelu (erf) | gelu_tanh
         **sizes,
     ))
 
@@ -52,7 +55,7 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         random_prob=0.1,  # ... a random token; the rest keep their token
         mask_unit="token",  # token | whole_word | ngram | span | entity (needs lexicon)
         lexicon=placeholder(str),  # phrases/entities, one per line, for mask_unit=entity (ERNIE); None: shipped list
-        instances="pairs",  # pairs (two segments) | full_sentences (RoBERTa, one segment)
+        instances="pairs",  # pairs (two segments) | full_sentences (RoBERTa) | packed (needs model.attention_mask=packed)
         sentence_task="nsp",  # for pairs: nsp (random next) | sop (swapped order)
         short_seq_prob=0.1,
         masking="static",  # static: dupe_factor precomputed masked copies; dynamic: fresh masks each batch

@@ -39,16 +39,25 @@ def mask_tokens(
     0.0 padding) float32. Random replacements are uniform over the non-special ids below
     vocab_size.
     """
-    ids = np.asarray(input_ids)
-    special = np.unique(np.asarray(list(special_ids), dtype=np.int64))
-    _check(ids, special, vocab_size, max_predictions, masked_lm_prob, mask_prob, random_prob, pad_id)
-    candidate = ~np.isin(ids, special)
-    n = np.count_nonzero(ids != pad_id, axis=1)
-    count = np.minimum(max_predictions, np.maximum(1, np.rint(masked_lm_prob * n).astype(np.int64)))
+    ids, special, candidate, count = _prepare(input_ids, special_ids, vocab_size, max_predictions, masked_lm_prob,
+                                              mask_prob, random_prob, pad_id)
     count = np.minimum(count, np.count_nonzero(candidate, axis=1))
     positions, weights = _choose_tokens(candidate, count, max_predictions, rng)
     return _corrupt(ids, positions, weights, rng, vocab_size=vocab_size, mask_id=mask_id, special=special,
                     mask_prob=mask_prob, random_prob=random_prob)
+
+
+def _prepare(input_ids: np.ndarray, special_ids: Collection[int], vocab_size: int, max_predictions: int,
+             masked_lm_prob: float, mask_prob: float, random_prob: float,
+             pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Checked inputs: (ids, sorted special ids, maskable-token mask, per-row prediction budget
+    min(max_predictions, max(1, round(masked_lm_prob · non-pad tokens))))."""
+    ids = np.asarray(input_ids)
+    special = np.unique(np.asarray(list(special_ids), dtype=np.int64))
+    _check(ids, special, vocab_size, max_predictions, masked_lm_prob, mask_prob, random_prob, pad_id)
+    n = np.count_nonzero(ids != pad_id, axis=1)
+    budget = np.minimum(max_predictions, np.maximum(1, np.rint(masked_lm_prob * n).astype(np.int64)))
+    return ids, special, ~np.isin(ids, special), budget
 
 
 def _check(ids: np.ndarray, special: np.ndarray, vocab_size: int, max_predictions: int, masked_lm_prob: float,
@@ -154,12 +163,8 @@ def mask_units(
         raise UserError(f"data.mask_unit={unit!r} is unknown; use one of {UNITS}")
     if unit == "entity" and entity_spans is None:
         raise UserError("entity masking needs entity spans; set data.lexicon to a phrase/entity list file")
-    ids = np.asarray(input_ids)
-    special = np.unique(np.asarray(list(special_ids), dtype=np.int64))
-    _check(ids, special, vocab_size, max_predictions, masked_lm_prob, mask_prob, random_prob, pad_id)
-    candidate = ~np.isin(ids, special)
-    n = np.count_nonzero(ids != pad_id, axis=1)
-    budget = np.minimum(max_predictions, np.maximum(1, np.rint(masked_lm_prob * n).astype(np.int64)))
+    ids, special, candidate, budget = _prepare(input_ids, special_ids, vocab_size, max_predictions, masked_lm_prob,
+                                               mask_prob, random_prob, pad_id)
     rows, length = ids.shape
     positions = np.full((rows, max_predictions), length, np.int64)
     span_start = np.zeros((rows, max_predictions), np.int64)

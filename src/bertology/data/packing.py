@@ -57,14 +57,14 @@ def assign_rows(lengths: Sequence[int], max_seq_length: int) -> list[list[int]]:
     return rows
 
 
-def pack(pieces: Sequence[np.ndarray], max_seq_length: int, pad_id: int = 0, position_offset: int = 0) -> Batch:
+def pack(pieces: Sequence[np.ndarray], max_seq_length: int, pad_id: int = 0) -> Batch:
     """Rows of packed pieces: input_ids, input_mask, packing_ids (1, 2, ...; 0 pad), positions."""
-    return _fill(assign_rows([len(p) for p in pieces], max_seq_length), pieces, max_seq_length, pad_id, position_offset)
+    return _fill(assign_rows([len(p) for p in pieces], max_seq_length), pieces, max_seq_length, pad_id)
 
 
-def one_per_row(pieces: Sequence[np.ndarray], max_seq_length: int, pad_id: int = 0, position_offset: int = 0) -> Batch:
+def one_per_row(pieces: Sequence[np.ndarray], max_seq_length: int, pad_id: int = 0) -> Batch:
     """The unpacked layout (one piece per row) in the same format, to compare against."""
-    return _fill([[i] for i in range(len(pieces))], pieces, max_seq_length, pad_id, position_offset)
+    return _fill([[i] for i in range(len(pieces))], pieces, max_seq_length, pad_id)
 
 
 def padding_fraction(input_mask: np.ndarray) -> float:
@@ -72,7 +72,7 @@ def padding_fraction(input_mask: np.ndarray) -> float:
     return float(1.0 - np.asarray(input_mask).mean()) if np.asarray(input_mask).size else 0.0
 
 
-def _fill(rows: list[list[int]], pieces: Sequence[np.ndarray], length: int, pad_id: int, position_offset: int) -> Batch:
+def _fill(rows: list[list[int]], pieces: Sequence[np.ndarray], length: int, pad_id: int) -> Batch:
     out = {
         "input_ids": np.full((len(rows), length), pad_id, np.int32),
         "input_mask": np.zeros((len(rows), length), np.int32),
@@ -86,6 +86,6 @@ def _fill(rows: list[list[int]], pieces: Sequence[np.ndarray], length: int, pad_
             out["input_ids"][r, at : at + n] = pieces[i]
             out["input_mask"][r, at : at + n] = 1
             out["packing_ids"][r, at : at + n] = k
-            out["positions"][r, at : at + n] = np.arange(n) + position_offset
+            out["positions"][r, at : at + n] = np.arange(n)  # the encoder adds its position_offset
             at += n
     return out

@@ -20,6 +20,7 @@ import numpy as np
 
 from bertology.data.embedded import DEFAULT_LEXICON
 from bertology.data.examples import create_full_sentence_instances, create_pair_instances
+from bertology.data import packing
 from bertology.data.lexicon import LexiconMatcher
 from bertology.data.masking import mask_tokens, mask_units
 from bertology.data.tokenizers import Tokenizer
@@ -69,10 +70,15 @@ class Masker:
 def make_instances(documents: Sequence[Document], cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
                    rng: np.random.Generator) -> Batch:
     """Unmasked instances of one pass: segment pairs with a sentence-pair label (BERT's NSP,
-    ALBERT's SOP) or, with data.instances='full_sentences', RoBERTa's single-segment rows."""
-    if cfg.get("instances", "pairs") == "full_sentences":
+    ALBERT's SOP); with data.instances='full_sentences', RoBERTa's single-segment rows; with
+    'packed', whole documents packed several per row (for model.attention_mask='packed')."""
+    kind = cfg.get("instances", "pairs")
+    if kind == "full_sentences":
         return create_full_sentence_instances(documents, max_seq_length=cfg.max_seq_length, cls_id=tokenizer.cls_id,
                                               sep_id=tokenizer.sep_id, pad_id=tokenizer.pad_id)
+    if kind == "packed":  # whole documents, several per row, kept apart by packing_ids (model.attention_mask=packed)
+        pieces = packing.document_pieces(documents, cfg.max_seq_length, tokenizer.cls_id, tokenizer.sep_id)
+        return packing.pack(pieces, cfg.max_seq_length, tokenizer.pad_id)
     task = cfg.get("sentence_task", "nsp")
     if task not in ("nsp", "sop"):
         raise UserError(f"data.sentence_task={task!r} is unknown; use 'nsp' (random next) or 'sop' (swapped order)")

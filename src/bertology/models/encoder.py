@@ -320,7 +320,8 @@ class Encoder(nn.Module):
         if segment_ids is None:
             segment_ids = jnp.zeros_like(input_ids)
         if positions is None:
-            positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]) + cfg.position_offset, input_ids.shape)
+            positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+        positions = positions + cfg.position_offset
         x = self.embeddings(input_ids, segment_ids, positions, deterministic)
         if cfg.embedding_size is not None:
             x = self.embeddings_projection(x)

@@ -24,6 +24,7 @@ class Model(nn.Module):
         self.mlm = MaskedLMHead(self.cfg, name="mlm")
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
-        out = self.encoder(batch["input_ids"], batch["input_mask"], deterministic=deterministic)
+        out = self.encoder(batch["input_ids"], batch["input_mask"], positions=batch.get("positions"),
+                           packing_ids=batch.get("packing_ids"), deterministic=deterministic)
         hidden = gather_positions(out["sequence"], batch["masked_positions"])
         return {"mlm_logits": self.mlm(hidden, self.encoder.attend)}

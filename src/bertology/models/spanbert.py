@@ -24,7 +24,8 @@ class Model(nn.Module):
         self.sbo = SpanBoundaryHead(self.cfg, name="sbo")
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
-        out = self.encoder(batch["input_ids"], batch["input_mask"], deterministic=deterministic)
+        out = self.encoder(batch["input_ids"], batch["input_mask"], positions=batch.get("positions"),
+                           packing_ids=batch.get("packing_ids"), deterministic=deterministic)
         positions = batch["masked_positions"]
         return {
             "mlm_logits": self.mlm(gather_positions(out["sequence"], positions), self.encoder.attend),
