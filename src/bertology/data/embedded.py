@@ -66,8 +66,8 @@ def embedded_corpus_path() -> pathlib.Path:
 def build_corpus_text() -> str:
     """Return the whole corpus as one string (deterministic for a given Python install)."""
     documents = []
-    for source in _stdlib_sources(pathlib.Path(sysconfig.get_paths()["stdlib"])):
-        sentences = _module_sentences(source)
+    for source in stdlib_sources(pathlib.Path(sysconfig.get_paths()["stdlib"])):
+        sentences = module_sentences(source)
         if len(sentences) >= 2:
             documents.append("\n".join(sentences))
     return "\n\n".join(documents) + "\n"
@@ -77,7 +77,7 @@ def _cache_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("BERTOLOGY_CACHE", "~/.cache/bertology")).expanduser()
 
 
-def _stdlib_sources(root: pathlib.Path) -> list[pathlib.Path]:
+def stdlib_sources(root: pathlib.Path) -> list[pathlib.Path]:
     """All .py files under `root` outside the skipped trees, sorted by relative path."""
     found = []
     for directory, subdirs, files in os.walk(root):
@@ -86,7 +86,7 @@ def _stdlib_sources(root: pathlib.Path) -> list[pathlib.Path]:
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def _module_sentences(source: pathlib.Path) -> list[str]:
+def module_sentences(source: pathlib.Path) -> list[str]:
     """Sentences of every docstring in one module, in source order, repeated docstrings once."""
     try:
         with warnings.catch_warnings():  # e.g. invalid escape sequences in old modules

@@ -39,9 +39,9 @@ def labelled_sentences() -> tuple[tuple[str, ...], dict[str, list[str]]]:
     """(class names, {package: its sentences}) after thinning and de-duplication."""
     root = _stdlib()
     by_package: dict[str, list[str]] = collections.defaultdict(list)
-    for source in corpus._stdlib_sources(root):
+    for source in corpus.stdlib_sources(root):
         parts = source.relative_to(root).parts
-        sentences = corpus._module_sentences(source)
+        sentences = corpus.module_sentences(source)
         if len(parts) >= 2 and len(sentences) >= 2:  # a module in a package, kept in the corpus
             by_package[parts[0]] += sentences
     owners: dict[str, set[str]] = collections.defaultdict(set)
@@ -77,7 +77,7 @@ def _load(directory: str | None = None, cache_dir=None, log=print) -> dict[str, 
     root = _stdlib()
     features = {"idx": np.int64, "text_a": tfds.features.Text(), "text_b": tfds.features.Text(), "label": np.int64}
     parsers = {split: functools.partial(_parse, split) for split in ("train", "validation", "test")}
-    files = corpus._stdlib_sources(root)
+    files = corpus.stdlib_sources(root)
     return builder.load("embedded", features, parsers, files, cache_dir, log)
 
 
