@@ -35,14 +35,16 @@ def nsp_loss(logits: Array, labels: Array, name: str = "nsp") -> tuple[Array, Me
     return loss, {f"{name}_loss": loss, f"{name}_accuracy": acc}
 
 
-def apply(model: nn.Module, params: Any, batch: dict[str, Array], rng: Array | None, method: str | None = None) -> Any:
-    """Run `model` (or one of its methods) with dropout driven by `rng`; None means evaluation."""
+def apply(model: nn.Module, params: Any, batch: dict[str, Array], rng: Array | None, method: str | None = None,
+          **kwargs: Any) -> Any:
+    """Run `model` (or one of its methods, with `kwargs`) with dropout driven by `rng`; None means evaluation."""
     return model.apply(
         {"params": params},
         batch,
         deterministic=rng is None,
         rngs=None if rng is None else {"dropout": rng},
         method=method,
+        **kwargs,
     )
 
 

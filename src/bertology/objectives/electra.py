@@ -78,8 +78,7 @@ def loss(params: Any, batch: dict[str, Array], rng: Array | None, model: nn.Modu
             length = original.shape[1]
             positions = jnp.broadcast_to(jnp.arange(length), original.shape)
             targets, weights = original, batch["input_mask"]
-        logits = model.apply({"params": params}, corrupted_batch, deterministic=rng is None, positions=positions,
-                             rngs=None if rng is None else {"dropout": disc_rng}, method="discriminate")
+        logits = apply(model, params, corrupted_batch, disc_rng, method="discriminate", positions=positions)
         disc, m = mlm_loss(logits, targets, weights)
         disc_metrics = {"disc_loss": disc, "disc_accuracy": m["mlm_accuracy"],
                         "replaced_fraction": jnp.sum(replaced * batch["input_mask"]) / jnp.sum(batch["input_mask"])}
