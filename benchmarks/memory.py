@@ -18,7 +18,6 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_
 import argparse  # noqa: E402
 from typing import Any  # noqa: E402
 
-import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -42,8 +41,7 @@ def abstract_state(config: Any, batch: dict, mesh_cfg: Any) -> tuple[Any, Any]:
     with sharding.activate(mesh, rules):
         boxed = jax.eval_shape(init, jax.random.key(0))
         shardings = sharding.logical_shardings(boxed, mesh, rules)
-    return model, jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                               nn.meta.unbox(boxed), shardings)
+    return model, sharding.abstract_arrays(boxed, shardings)
 
 
 def state_mib_per_device(state: Any) -> float:

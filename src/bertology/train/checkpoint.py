@@ -79,9 +79,8 @@ def load_params(workdir: str | pathlib.Path, step: int | None = None) -> tuple[A
         step = manager.latest_step() if step is None else step
         if step is None:
             raise UserError(f"{directory} holds no checkpoint; train first or pass another workdir")
-        meta = manager.item_metadata(step)["state"]
-        abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), dict(meta))
-        abstract = {"params": abstract["params"]}
+        meta = manager.item_metadata(step)["state"]["params"]
+        abstract = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), meta)}
         restored = manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
                 abstract, restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract),

@@ -34,7 +34,7 @@ from bertology.tasks.inputs import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
 from bertology.train import sharding
 from bertology.train.checkpoint import load_params
-from bertology.train.loop import make_train_step, resolve_vocab, write_config
+from bertology.train.loop import fresh_state, make_train_step, resolve_vocab, write_config
 from bertology.train.metrics import MetricsWriter, log
 
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
@@ -190,7 +190,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
             trainable=trainable_mask(params, config.mode) if config.mode != "full" else None,
             multipliers=optimizer_lib.layerwise_multipliers(params, cfg.num_layers, decay) if decay != 1.0 else None,
         )
-        state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+        state = fresh_state(params, tx)
         train_step = jax.jit(make_train_step(model, objective.loss, tx, lr, 1), donate_argnums=(0,))
         apply = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True))
 

@@ -85,10 +85,14 @@ def state_init(model: nn.Module, tx: optax.GradientTransformation, example: dict
     (so `jax.eval_shape` of it gives the shardings without allocating anything)."""
 
     def init(key: jax.Array) -> State:
-        params = model.init({"params": key, "dropout": key}, example, deterministic=True)["params"]
-        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+        return fresh_state(model.init({"params": key, "dropout": key}, example, deterministic=True)["params"], tx)
 
     return init
+
+
+def fresh_state(params: Any, tx: optax.GradientTransformation) -> State:
+    """The train state at step 0 for `params`: a new optimizer state."""
+    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
 
 
 def resolve_vocab(config: ml_collections.ConfigDict) -> tuple[pathlib.Path, Any]:
@@ -188,19 +192,14 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
 
     init_boxed = state_init(model, tx, example)
     with sharding.activate(mesh, rules):
-        state_shardings = sharding.logical_shardings(jax.eval_shape(init_boxed, key), mesh, rules)
+        boxed = jax.eval_shape(init_boxed, key)
+        state_shardings = sharding.logical_shardings(boxed, mesh, rules)
+        abstract = sharding.abstract_arrays(boxed, state_shardings)
         checkpointer = Checkpointer(workdir, config.keep_checkpoints)
         latest = checkpointer.latest_step()
-        abstract = jax.tree.map(
-            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-            jax.eval_shape(lambda k: nn.meta.unbox(init_boxed(k)), key),
-            state_shardings,
-        )
         if latest is None and init_params is not None:
             check_shapes(init_params, abstract["params"], pathlib.Path(config.init_checkpoint))
-            start = jax.jit(lambda p: {"step": jnp.zeros((), jnp.int32), "params": p, "opt_state": tx.init(p)},
-                            out_shardings=state_shardings)
-            state = start(init_params)
+            state = jax.jit(lambda p: fresh_state(p, tx), out_shardings=state_shardings)(init_params)
             log(f"starting from the parameters of {config.init_checkpoint}")
         elif latest is None:
             init = jax.jit(lambda k: nn.meta.unbox(init_boxed(k)), out_shardings=state_shardings)
@@ -247,8 +246,11 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
                 state, metrics = train_step(state, batch, key)
                 step += 1
                 pending.append(metrics)
-                stop = any_process(preemption.requested)
-                if step % config.log_every == 0 or step == config.total_steps or stop:
+                log_now = step % config.log_every == 0 or step == config.total_steps
+                # Agreeing on a stop is a blocking cross-host collective: one process checks its flag
+                # every step, several only at log steps, where the loop waits for the device anyway.
+                stop = any_process(preemption.requested) if log_now or jax.process_count() == 1 else False
+                if log_now or stop:
                     rows_ = jax.device_get(pending)
                     pending = []
                     for i, m in enumerate(rows_):

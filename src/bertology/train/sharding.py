@@ -114,14 +114,24 @@ def logical_shardings(boxed_tree: Any, mesh: Mesh, rules: Rules) -> Any:
     """
     is_spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
     specs = nn.logical_to_mesh(nn.get_partition_spec(boxed_tree), rules)
-    boxed = lambda x: isinstance(x, nn.LogicallyPartitioned)  # noqa: E731
-    shapes = jax.tree.map(lambda x: x.value if boxed(x) else x, boxed_tree, is_leaf=boxed)
 
     def fit(spec: PartitionSpec, leaf: Any) -> NamedSharding:
         dims = [axes if leaf.shape[i] % _size(mesh, axes) == 0 else None for i, axes in enumerate(spec)]
         return NamedSharding(mesh, PartitionSpec(*dims))
 
-    return jax.tree.map(fit, specs, shapes, is_leaf=is_spec)
+    return jax.tree.map(fit, specs, _unboxed(boxed_tree), is_leaf=is_spec)
+
+
+def abstract_arrays(boxed_tree: Any, shardings: Any) -> Any:
+    """ShapeDtypeStructs carrying `shardings`, for an (abstract) boxed tree: what orbax restores
+    into and what compilation is planned from, without tracing the initialiser again."""
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), _unboxed(boxed_tree), shardings)
+
+
+def _unboxed(boxed_tree: Any) -> Any:
+    """The values inside the logical-axis boxes (no sharding constraint applied: the leaves may be abstract)."""
+    boxed = lambda x: isinstance(x, nn.LogicallyPartitioned)  # noqa: E731
+    return jax.tree.map(lambda x: x.value if boxed(x) else x, boxed_tree, is_leaf=boxed)
 
 
 def _size(mesh: Mesh, axes: str | tuple[str, ...] | None) -> int:
