@@ -12,10 +12,14 @@ from bertology.models.encoder import EncoderConfig
 
 def test_flops_per_token_of_bert_base_with_the_gathered_head():
     base = EncoderConfig(vocab_size=30522)
-    # The figure: ~546 MFLOPs/token for BERT-base, seq 128, 20 gathered predictions.
-    assert flops.train_flops_per_token(base, 128, 20) == pytest.approx(546.3e6, rel=1e-3)
-    full_head = flops.train_flops_per_token(base, 128, None)
-    assert full_head - flops.train_flops_per_token(base, 128, 20) == pytest.approx(3 * (108 / 128) * (2 * 768 * 768 + 2 * 768 * 30522))
+    # The last layer's queries, attention and MLP, per query row; they run at the 20 gathered rows + [CLS].
+    last_layer_rows = 2 * 2 * 768 * 768 + 2 * 2 * 768 * 3072 + 2 * 2 * 128 * 768
+    skipped = 3 * (107 / 128) * last_layer_rows
+    # The figure: ~546 MFLOPs/token for BERT-base, seq 128, 20 gathered predictions (full last layer).
+    assert flops.train_flops_per_token(base, 128, 20) + skipped == pytest.approx(546.3e6, rel=1e-3)
+    full = flops.train_flops_per_token(base, 128, None)
+    head = 3 * (108 / 128) * (2 * 768 * 768 + 2 * 768 * 30522)
+    assert full - flops.train_flops_per_token(base, 128, 20) == pytest.approx(head + skipped)
 
 
 def test_train_step_against_hugging_face_writes_json_and_markdown(tmp_path):

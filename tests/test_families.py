@@ -84,8 +84,9 @@ def test_span_boundary_head_matches_numpy():
     table = rng.normal(size=(30, 8)).astype(np.float32)
     head = SpanBoundaryHead(cfg, max_span_positions=16)
     attend = lambda h: h @ jnp.asarray(table).T  # noqa: E731
-    params = nn.meta.unbox(head.init(jax.random.key(1), seq, positions, start, end, attend)["params"])
-    got = head.apply({"params": params}, seq, positions, start, end, attend)
+    left, right = (np.take_along_axis(seq, i[..., None], 1) for i in SpanBoundaryHead.boundaries(start, end, 12))
+    params = nn.meta.unbox(head.init(jax.random.key(1), left, right, positions, start, attend)["params"])
+    got = head.apply({"params": params}, left, right, positions, start, attend)
     p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
     rows = np.arange(2)[:, None]
     h = np.concatenate([seq[rows, start - 1], seq[rows, end], p["position"]["embedding"][positions - start]], -1)
@@ -279,6 +280,49 @@ def test_tiny_family_learns_on_one_and_eight_devices(family, tmp_path):
     mlm = one[:, 1]
     assert mlm[-10:].mean() < mlm[:5].mean() - 0.75, mlm  # nats: far beyond step-to-step noise
     np.testing.assert_allclose(eight, one, rtol=2e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_heads_read_the_same_states_as_from_the_full_last_layer(family, monkeypatch):
+    """Each family hands the encoder the positions its heads read (`outputs_at`); its outputs must
+    equal those of an encoder that runs the full last layer and gathers."""
+    from bertology.models.encoder import Encoder, gather_positions
+
+    c = load_config(family, "tiny")
+    c.model.vocab_size = 50
+    model = models.build(c.model)
+    rng = np.random.default_rng(0)
+    n, length = 4, 16
+    positions = np.sort(np.stack([rng.choice(np.arange(1, 14), n, replace=False) for _ in range(3)]), 1)
+    batch = dict(input_ids=rng.integers(5, 50, (3, length)).astype(np.int32), input_mask=np.ones((3, length), np.int32),
+                 segment_ids=np.zeros((3, length), np.int32), masked_positions=positions.astype(np.int32),
+                 span_start=(positions - rng.integers(0, 2, (3, n))).astype(np.int32),
+                 span_end=(positions + rng.integers(1, 3, (3, n))).astype(np.int32))
+    params = model.init(jax.random.key(0), batch)["params"]
+    ours = model.apply({"params": params}, batch)
+    full_call = Encoder.__call__
+
+    def full_then_gather(self, *args, outputs_at=None, **kwargs):
+        out = full_call(self, *args, **kwargs)
+        return out if outputs_at is None else dict(out, sequence=gather_positions(out["sequence"], outputs_at))
+
+    monkeypatch.setattr(Encoder, "__call__", full_then_gather)
+    reference = model.apply({"params": params}, batch)
+    assert set(ours) == set(reference)
+    for name in ours:
+        np.testing.assert_allclose(ours[name], reference[name], atol=1e-5, err_msg=name)
+    if family == "spanbert":  # the head wiring itself, spelled out: MLM at the masked tokens, SBO at the boundaries
+
+        def spelled_out(m, batch):
+            seq = m.encoder(batch["input_ids"], batch["input_mask"])["sequence"]
+            left = gather_positions(seq, np.maximum(batch["span_start"] - 1, 0))
+            right = gather_positions(seq, np.minimum(batch["span_end"], length - 1))
+            return {"mlm_logits": m.mlm(gather_positions(seq, positions), m.encoder.attend),
+                    "sbo_logits": m.sbo(left, right, positions, batch["span_start"], m.encoder.attend)}
+
+        spelled = model.apply({"params": params}, batch, method=spelled_out)
+        for name in ours:
+            np.testing.assert_allclose(ours[name], spelled[name], atol=1e-5, err_msg=name)
 
 
 def test_packed_instances_flow_through_the_stream():

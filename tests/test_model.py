@@ -1,5 +1,7 @@
 """The encoder and BERT heads against an independent float64 numpy forward pass."""
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -142,3 +144,52 @@ def test_bad_model_config_is_a_user_error():
         EncoderConfig(hidden_size=100, num_heads=3)
     with pytest.raises(UserError, match="unknown preset 'huge'"):
         bert_preset("huge")
+
+
+@pytest.mark.parametrize("variant", [
+    dict(),
+    dict(attention_mask="packed"),
+    dict(share_layers="all", remat="full"),
+])
+def test_last_layer_at_read_positions_equals_gathering_the_full_output(variant):
+    """`outputs_at` runs the last layer's queries and feed-forward only at the read positions: the
+    states there, the pooled vector and every parameter gradient must equal the full computation's."""
+    from bertology.models.encoder import Encoder, gather_positions
+
+    cfg = EncoderConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                        max_position_embeddings=L, **variant)
+    batch = _batch(np.random.default_rng(1))
+    packing = np.where(batch["input_mask"] > 0, 1 + (np.arange(L)[None] >= 5), 0).astype(np.int32)
+    encoder = Encoder(cfg)
+    args = (batch["input_ids"], batch["input_mask"], batch["segment_ids"], None, packing)
+    params = encoder.init(jax.random.key(0), *args)["params"]
+    weights = jax.random.normal(jax.random.key(1), (B, P, cfg.hidden_size))
+
+    def read(p, at):
+        out = encoder.apply({"params": p}, *args, outputs_at=batch["masked_positions"] if at else None)
+        seq = out["sequence"] if at else gather_positions(out["sequence"], batch["masked_positions"])
+        return jnp.sum(seq * weights) + jnp.sum(out["pooled"] ** 2), (seq, out["pooled"])
+
+    (_, (seq, pooled)), grads = jax.value_and_grad(read, has_aux=True)(params, True)
+    (_, (ref_seq, ref_pooled)), ref_grads = jax.value_and_grad(read, has_aux=True)(params, False)
+    np.testing.assert_allclose(seq, ref_seq, atol=1e-5)
+    np.testing.assert_allclose(pooled, ref_pooled, atol=1e-5)
+    for g, ref in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):  # float32 rounding, relative to the scale
+        np.testing.assert_allclose(g, ref, atol=1e-6 * np.abs(ref).max() + 1e-7)
+    if variant.get("attention_mask") == "packed":  # the packed mask really differs from padding here
+        plain = Encoder(dataclasses.replace(cfg, attention_mask="padding"))
+        other = plain.apply({"params": params}, *args, outputs_at=batch["masked_positions"])["sequence"]
+        assert np.abs(np.asarray(other) - np.asarray(seq)).max() > 1e-3
+
+
+def test_vocab_bias_gradient_is_the_column_sum():
+    from bertology.models.heads import add_vocab_bias
+
+    logits = jax.random.normal(jax.random.key(0), (3, 5, 11))
+    bias = jax.random.normal(jax.random.key(1), (11,))
+    cotangent = np.random.default_rng(0).normal(size=(3, 5, 11)).astype(np.float32)
+    out, vjp = jax.vjp(add_vocab_bias, logits, bias)
+    np.testing.assert_array_equal(out, logits + bias)
+    d_logits, d_bias = vjp(jnp.asarray(cotangent))
+    np.testing.assert_array_equal(d_logits, cotangent)
+    np.testing.assert_allclose(d_bias, cotangent.sum((0, 1)), rtol=1e-5, atol=1e-6)

@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 
 from bertology.models.encoder import Encoder, EncoderConfig
-from bertology.models.heads import ClassifierHead, MaskedLMHead, gather_positions
+from bertology.models.heads import ClassifierHead, MaskedLMHead
 
 
 class Model(nn.Module):
@@ -25,8 +25,6 @@ class Model(nn.Module):
         self.sop = ClassifierHead(self.cfg, num_classes=2, name="sop")
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
-        out = self.encoder(
-            batch["input_ids"], batch["input_mask"], batch.get("segment_ids"), deterministic=deterministic
-        )
-        hidden = gather_positions(out["sequence"], batch["masked_positions"])
-        return {"mlm_logits": self.mlm(hidden, self.encoder.attend), "sop_logits": self.sop(out["pooled"])}
+        out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
+                           deterministic=deterministic, outputs_at=batch["masked_positions"])
+        return {"mlm_logits": self.mlm(out["sequence"], self.encoder.attend), "sop_logits": self.sop(out["pooled"])}

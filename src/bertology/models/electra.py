@@ -20,7 +20,7 @@ import ml_collections
 
 from bertology.errors import UserError
 from bertology.models.encoder import Embeddings, Encoder, EncoderConfig, dense
-from bertology.models.heads import MaskedLMHead, gather_positions
+from bertology.models.heads import MaskedLMHead
 
 Array = jax.Array
 EXTRA_KEYS = ("generator_fraction", "discriminator_head")
@@ -64,11 +64,13 @@ class Discriminator(nn.Module):
             self.mlm = MaskedLMHead(self.cfg, name="mlm")
 
     def __call__(self, batch: dict[str, Array], deterministic: bool, positions: Array | None = None) -> Array:
-        out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"), deterministic=deterministic)
+        outputs_at = None if self.head == "rtd" else positions  # RTD reads every token
+        out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
+                           deterministic=deterministic, outputs_at=outputs_at)
         if self.head == "rtd":
             h = self.cfg.act(self.dense(out["sequence"]))
             return self.prediction(h)[..., 0].astype(jnp.float32)
-        return self.mlm(gather_positions(out["sequence"], positions), self.encoder.attend)
+        return self.mlm(out["sequence"], self.encoder.attend)
 
 
 class Generator(nn.Module):
@@ -82,8 +84,9 @@ class Generator(nn.Module):
         self.mlm = MaskedLMHead(self.cfg, name="mlm")
 
     def __call__(self, batch: dict[str, Array], deterministic: bool) -> Array:
-        out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"), deterministic=deterministic)
-        return self.mlm(gather_positions(out["sequence"], batch["masked_positions"]), self.encoder.attend)
+        out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
+                           deterministic=deterministic, outputs_at=batch["masked_positions"])
+        return self.mlm(out["sequence"], self.encoder.attend)
 
 
 class Model(nn.Module):

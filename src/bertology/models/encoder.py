@@ -124,6 +124,11 @@ def layer_norm(cfg: EncoderConfig, name: str) -> nn.LayerNorm:
     )
 
 
+def gather_positions(sequence: Array, positions: Array) -> Array:
+    """[batch, length, d] gathered at [batch, n] positions -> [batch, n, d]."""
+    return jnp.take_along_axis(sequence, positions[..., None], axis=1)
+
+
 def attention_bias(kind: str, input_mask: Array, segment_ids: Array | None, dtype: Any) -> Array:
     """Additive bias [batch, 1, q, k]: 0 where attention is allowed, a large negative elsewhere.
 
@@ -199,16 +204,24 @@ class SelfAttention(nn.Module):
 
     Without attention dropout (evaluation, or a rate of 0) it goes through the fused
     `jax.nn.dot_product_attention`; dropout on the probabilities needs the explicit softmax.
+    `rows` ([batch, n] positions), when given, computes queries and outputs at those positions
+    only; keys and values still cover the whole sequence, so each output row is exactly the one
+    the full layer would give there.
     """
 
     cfg: EncoderConfig
 
     @nn.compact
-    def __call__(self, x: Array, bias: Array, deterministic: bool) -> Array:
+    def __call__(self, x: Array, bias: Array, deterministic: bool, rows: Array | None = None) -> Array:
         cfg = self.cfg
+        x_all = x
+        if rows is not None:
+            x = gather_positions(x, rows)
+            if bias.shape[2] > 1:  # a per-query mask (packed documents): keep the chosen queries' rows
+                bias = jnp.take_along_axis(bias, rows[:, None, :, None], axis=2)
         q = HeadsDense(cfg, to_heads=True, name="query")(x)
-        k = HeadsDense(cfg, to_heads=True, name="key")(x)
-        v = HeadsDense(cfg, to_heads=True, name="value")(x)
+        k = HeadsDense(cfg, to_heads=True, name="key")(x_all)
+        v = HeadsDense(cfg, to_heads=True, name="value")(x_all)
         bias = bias.astype(q.dtype)
         if deterministic or cfg.attention_dropout_rate == 0.0:
             ctx = jax.nn.dot_product_attention(q, k, v, bias=bias)
@@ -283,6 +296,14 @@ class Encoder(nn.Module):
     Layer sharing (`share_layers`) decides how many attention and feed-forward blocks exist:
     one shared instance applied N times, or N distinct ones. `shared_embeddings` lets a second
     encoder use another's tables (ELECTRA's generator); it then owns no embedding parameters.
+
+    `outputs_at` ([batch, n] positions) is for callers that read the final states only at a few
+    positions, as the MLM head does at the masked ones: the last layer then runs its queries,
+    residual and feed-forward block only there (keys and values still span the sequence), and
+    `sequence` (and the last entry of `layers`) is [batch, n, H] at those positions, equal to
+    gathering them from the full output. `pooled` still reads the first token. For BERT-base at
+    128 tokens and 20 predictions this skips ~5% of the training FLOPs, a quarter of them for a
+    4-layer model.
     """
 
     cfg: EncoderConfig
@@ -315,6 +336,7 @@ class Encoder(nn.Module):
         packing_ids: Array | None = None,
         *,
         deterministic: bool = True,
+        outputs_at: Array | None = None,
     ) -> dict[str, Array]:
         cfg = self.cfg
         if segment_ids is None:
@@ -329,11 +351,17 @@ class Encoder(nn.Module):
         bias = attention_bias(cfg.attention_mask, input_mask, packing_ids, jnp.float32)
         layers = [x]
         for i in range(cfg.num_layers):
-            x = self.attention[i % len(self.attention)](x, bias, deterministic)
+            rows = None
+            if outputs_at is not None and i == cfg.num_layers - 1:  # the first token too, for `pooled`
+                rows = jnp.concatenate([jnp.zeros_like(outputs_at[:, :1]), outputs_at], axis=1)
+            x = self.attention[i % len(self.attention)](x, bias, deterministic, rows)
             x = self.ffn[i % len(self.ffn)](x, deterministic)
             x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
             layers.append(x)
-        pooled = jnp.tanh(self.pooler(x[:, 0])) if cfg.pooler else x[:, 0]
+        first = x[:, 0]
+        if outputs_at is not None:
+            x = layers[-1] = x[:, 1:]
+        pooled = jnp.tanh(self.pooler(first)) if cfg.pooler else first
         return {"sequence": x, "pooled": pooled, "layers": layers}
 
     def attend(self, x: Array) -> Array:

@@ -18,9 +18,27 @@ from bertology.models.encoder import EncoderConfig, dense, init, layer_norm, zer
 Array = jax.Array
 
 
-def gather_positions(sequence: Array, positions: Array) -> Array:
-    """[batch, length, d] gathered at [batch, n] positions -> [batch, n, d]."""
-    return jnp.take_along_axis(sequence, positions[..., None], axis=1)
+@jax.custom_vjp
+def add_vocab_bias(logits: Array, bias: Array) -> Array:
+    """`logits + bias` over the vocabulary axis, with the bias gradient taken as a matrix product.
+
+    That gradient is the column sum of the [rows, vocab] logit gradient. XLA:CPU lowers the
+    reduction over rows about 25x slower than the same sum written as ones[rows] @ grad (63 ms
+    against 2.4 ms for 640 x 30522 on 2 cores): 5% of a BERT-mini step.
+    """
+    return logits + bias
+
+
+def _add_vocab_bias_fwd(logits: Array, bias: Array) -> tuple[Array, None]:
+    return logits + bias, None
+
+
+def _add_vocab_bias_bwd(_: None, g: Array) -> tuple[Array, Array]:
+    rows = g.reshape(-1, g.shape[-1])
+    return g, jnp.ones((rows.shape[0],), g.dtype) @ rows
+
+
+add_vocab_bias.defvjp(_add_vocab_bias_fwd, _add_vocab_bias_bwd)
 
 
 class MaskedLMHead(nn.Module):
@@ -38,7 +56,7 @@ class MaskedLMHead(nn.Module):
         x = dense(cfg, cfg.embed_dim, ("hidden", "embed"), "transform")(hidden)
         x = layer_norm(cfg, "norm")(cfg.act(x))
         bias = self.param("bias", zeros(("vocab",)), (cfg.vocab_size,), jnp.float32)
-        return attend(x).astype(jnp.float32) + bias
+        return add_vocab_bias(attend(x).astype(jnp.float32), bias)
 
 
 class ClassifierHead(nn.Module):
@@ -64,12 +82,17 @@ class SpanBoundaryHead(nn.Module):
     cfg: EncoderConfig
     max_span_positions: int = 200
 
+    @staticmethod
+    def boundaries(span_start: Array, span_end: Array, length: int) -> tuple[Array, Array]:
+        """The positions whose states the head reads: the token before each span and the one after
+        it (`span_end` is exclusive), clipped to the row."""
+        return jnp.maximum(span_start - 1, 0), jnp.minimum(span_end, length - 1)
+
     @nn.compact
-    def __call__(self, sequence: Array, positions: Array, span_start: Array, span_end: Array,
+    def __call__(self, left: Array, right: Array, positions: Array, span_start: Array,
                  attend: Callable[[Array], Array]) -> Array:
+        """`left`/`right`: [batch, n, H] encoder states at `boundaries(...)` of each prediction's span."""
         cfg = self.cfg
-        left = gather_positions(sequence, jnp.maximum(span_start - 1, 0))
-        right = gather_positions(sequence, jnp.minimum(span_end, sequence.shape[1] - 1))
         offset = jnp.clip(positions - span_start, 0, self.max_span_positions - 1)
         pos = nn.Embed(self.max_span_positions, cfg.hidden_size, dtype=cfg.compute_dtype,
                        embedding_init=init(cfg, (None, "embed")), name="position")(offset)
@@ -78,4 +101,4 @@ class SpanBoundaryHead(nn.Module):
             h = dense(cfg, cfg.hidden_size if i == 0 else cfg.embed_dim, ("hidden", "embed"), f"dense_{i}")(h)
             h = layer_norm(cfg, f"norm_{i}")(cfg.act(h))
         bias = self.param("bias", zeros(("vocab",)), (cfg.vocab_size,), jnp.float32)
-        return attend(h).astype(jnp.float32) + bias
+        return add_vocab_bias(attend(h).astype(jnp.float32), bias)

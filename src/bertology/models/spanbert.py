@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from bertology.models.encoder import Encoder, EncoderConfig
-from bertology.models.heads import MaskedLMHead, SpanBoundaryHead, gather_positions
+from bertology.models.heads import MaskedLMHead, SpanBoundaryHead
 
 
 class Model(nn.Module):
@@ -24,11 +25,13 @@ class Model(nn.Module):
         self.sbo = SpanBoundaryHead(self.cfg, name="sbo")
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
-        out = self.encoder(batch["input_ids"], batch["input_mask"], positions=batch.get("positions"),
-                           packing_ids=batch.get("packing_ids"), deterministic=deterministic)
         positions = batch["masked_positions"]
+        left, right = SpanBoundaryHead.boundaries(batch["span_start"], batch["span_end"], batch["input_ids"].shape[1])
+        out = self.encoder(batch["input_ids"], batch["input_mask"], positions=batch.get("positions"),
+                           packing_ids=batch.get("packing_ids"), deterministic=deterministic,
+                           outputs_at=jnp.concatenate([positions, left, right], axis=1))
+        masked, left, right = jnp.split(out["sequence"], 3, axis=1)
         return {
-            "mlm_logits": self.mlm(gather_positions(out["sequence"], positions), self.encoder.attend),
-            "sbo_logits": self.sbo(out["sequence"], positions, batch["span_start"], batch["span_end"],
-                                   self.encoder.attend),
+            "mlm_logits": self.mlm(masked, self.encoder.attend),
+            "sbo_logits": self.sbo(left, right, positions, batch["span_start"], self.encoder.attend),
         }
