@@ -142,6 +142,8 @@ def test_bfloat16_compute_keeps_float32_params_and_close_outputs():
 def test_bad_model_config_is_a_user_error():
     with pytest.raises(UserError, match="not divisible"):
         EncoderConfig(hidden_size=100, num_heads=3)
+    with pytest.raises(UserError, match="at least one layer"):
+        EncoderConfig(num_layers=0)
     with pytest.raises(UserError, match="unknown preset 'huge'"):
         bert_preset("huge")
 
@@ -193,3 +195,22 @@ def test_vocab_bias_gradient_is_the_column_sum():
     d_logits, d_bias = vjp(jnp.asarray(cotangent))
     np.testing.assert_array_equal(d_logits, cotangent)
     np.testing.assert_allclose(d_bias, cotangent.sum((0, 1)), rtol=1e-5, atol=1e-6)
+
+
+def test_bfloat16_packed_rows_with_padding_stay_finite():
+    """A padding slot of a packed row has no key to attend to; its mask must stay finite in bfloat16
+    (float32's lowest value rounds to -inf there and made the whole row NaN)."""
+    from bertology.models.encoder import Encoder
+
+    cfg = EncoderConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                        max_position_embeddings=L, attention_mask="packed", dtype="bfloat16",
+                        attention_dropout_rate=0.0)
+    batch = _batch(np.random.default_rng(4))
+    packing = np.where(batch["input_mask"] > 0, 1 + (np.arange(L)[None] >= 4), 0).astype(np.int32)
+    encoder = Encoder(cfg)
+    args = (batch["input_ids"], batch["input_mask"], batch["segment_ids"], None, packing)
+    params = encoder.init(jax.random.key(0), *args)["params"]
+    out = encoder.apply({"params": params}, *args)
+    grads = jax.grad(lambda p: encoder.apply({"params": p}, *args)["sequence"].astype(jnp.float32).sum())(params)
+    assert np.isfinite(np.asarray(out["sequence"], np.float32)).all()
+    assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))

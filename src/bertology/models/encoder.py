@@ -55,6 +55,8 @@ class EncoderConfig:
     activation: str = "gelu"  # gelu (exact, erf) | gelu_tanh (the tanh approximation; released ALBERTs)
 
     def __post_init__(self):
+        if self.num_layers < 1:
+            raise UserError(f"model.num_layers={self.num_layers}: the encoder needs at least one layer")
         if self.hidden_size % self.num_heads:
             raise UserError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
@@ -301,9 +303,8 @@ class Encoder(nn.Module):
     positions, as the MLM head does at the masked ones: the last layer then runs its queries,
     residual and feed-forward block only there (keys and values still span the sequence), and
     `sequence` (and the last entry of `layers`) is [batch, n, H] at those positions, equal to
-    gathering them from the full output. `pooled` still reads the first token. For BERT-base at
-    128 tokens and 20 predictions this skips ~5% of the training FLOPs, a quarter of them for a
-    4-layer model.
+    gathering them from the full output. `pooled` still reads the first token. At 128 tokens and
+    20 predictions this skips 5.6% of BERT-base's training FLOPs and 13% of BERT-mini's.
     """
 
     cfg: EncoderConfig
@@ -348,7 +349,7 @@ class Encoder(nn.Module):
         if cfg.embedding_size is not None:
             x = self.embeddings_projection(x)
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
-        bias = attention_bias(cfg.attention_mask, input_mask, packing_ids, jnp.float32)
+        bias = attention_bias(cfg.attention_mask, input_mask, packing_ids, cfg.compute_dtype)
         layers = [x]
         for i in range(cfg.num_layers):
             rows = None
