@@ -34,7 +34,7 @@ from bertology.tasks.inputs import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
 from bertology.train import sharding
 from bertology.train.checkpoint import load_params
-from bertology.train.loop import fresh_state, make_train_step, resolve_vocab, write_config
+from bertology.train.loop import fresh_state, make_train_step, param_init, resolve_vocab, write_config
 from bertology.train.metrics import MetricsWriter, log
 
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
@@ -166,7 +166,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
 
     mesh = sharding.make_mesh(config.mesh)
     rules = sharding.rules_for(config.mesh)
-    data_size = int(np.prod([mesh.shape[a] for a in mesh.axis_names if a != "model"]))
+    data_size = sharding.batch_devices(mesh, rules)
     for key in ("batch_size", "eval_batch_size"):
         if config[key] % data_size:
             raise UserError(f"{key}={config[key]} is not divisible by the {data_size} data-parallel devices; change it or mesh.shape")
@@ -175,9 +175,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     example = {k: v[:1] for k, v in train_arrays.items() if k in MODEL_INPUTS}
     key = jax.random.key(config.seed)
 
-    def init_boxed(k):
-        return model.init({"params": k, "dropout": k}, example, deterministic=True)["params"]
-
+    init_boxed = param_init(model, example)
     with sharding.activate(mesh, rules):
         param_shardings = sharding.logical_shardings(jax.eval_shape(init_boxed, key), mesh, rules)
         params = jax.jit(lambda k: nn.meta.unbox(init_boxed(k)), out_shardings=param_shardings)(key)

@@ -80,14 +80,20 @@ def make_train_step(
     return step
 
 
-def state_init(model: nn.Module, tx: optax.GradientTransformation, example: dict[str, Any]) -> Callable:
-    """key -> a fresh train state {step, params, opt_state}, its leaves boxed with logical axis names
-    (so `jax.eval_shape` of it gives the shardings without allocating anything)."""
+def param_init(model: nn.Module, example: dict[str, Any]) -> Callable:
+    """key -> fresh parameters, boxed with logical axis names (so `jax.eval_shape` of it gives the
+    shardings without allocating anything)."""
 
-    def init(key: jax.Array) -> State:
-        return fresh_state(model.init({"params": key, "dropout": key}, example, deterministic=True)["params"], tx)
+    def init(key: jax.Array) -> Any:
+        return model.init({"params": key, "dropout": key}, example, deterministic=True)["params"]
 
     return init
+
+
+def state_init(model: nn.Module, tx: optax.GradientTransformation, example: dict[str, Any]) -> Callable:
+    """key -> a fresh train state {step, params, opt_state}, boxed like `param_init`'s parameters."""
+    init_params = param_init(model, example)
+    return lambda key: fresh_state(init_params(key), tx)
 
 
 def fresh_state(params: Any, tx: optax.GradientTransformation) -> State:

@@ -144,6 +144,11 @@ def batch_sharding(mesh: Mesh, rules: Rules) -> NamedSharding:
     return NamedSharding(mesh, nn.logical_to_mesh_axes(("batch",), rules))
 
 
+def batch_devices(mesh: Mesh, rules: Rules) -> int:
+    """How many ways the batch is split: the size of the mesh axes the `batch` rule names."""
+    return _size(mesh, nn.logical_to_mesh_axes(("batch",), rules)[0])
+
+
 def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh, rules: Rules) -> dict[str, jax.Array]:
     """Assemble this process's rows into global arrays sharded over the batch axes."""
     sharding = batch_sharding(mesh, rules)
