@@ -68,9 +68,9 @@ def encode_words(tokenizer: Tokenizer, words: Sequence[str], tags: Sequence[int]
 
 
 def encode_choices(tokenizer: Tokenizer, context: str, endings: Sequence[str], max_len: int) -> dict[str, np.ndarray]:
-    rows = [encode_pair(tokenizer, context, ending, max_len) for ending in endings]
-    return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+    return stack([encode_pair(tokenizer, context, ending, max_len) for ending in endings])
 
 
 def stack(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Rows of same-named arrays (or scalars) -> one array per name, rows along a new first axis."""
     return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in rows[0]}

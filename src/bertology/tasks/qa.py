@@ -19,7 +19,7 @@ import numpy as np
 
 from bertology.data.tokenizers import Tokenizer
 from bertology.data.tokenizers.wordpiece import _is_punctuation  # BERT's split points inside a word
-from bertology.tasks.encode import pack
+from bertology.tasks.encode import pack, stack
 
 Span = tuple[int, int]  # [start, end) in characters
 
@@ -127,7 +127,7 @@ def encode(
                 s, t = answer[0] - start + offset, answer[1] - start + offset
             rows.append({**row, "start_position": s, "end_position": t})
             windows.append(Window(e, start, token_to_doc, max_context))
-    arrays = {k: np.stack([np.asarray(r[k]) for r in rows]).astype(np.int32) for k in rows[0]}
+    arrays = {k: v.astype(np.int32) for k, v in stack(rows).items()}
     return arrays, windows, all_spans
 
 
