@@ -18,15 +18,15 @@ import sys
 import time
 from typing import Any, Callable
 
+import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.flops import train_flops_per_token
 from bertology import models, objectives
 from bertology.models.encoder import EncoderConfig
 from bertology.train import optimizer as optimizer_lib
-from bertology.train.loop import make_train_step
+from bertology.train.loop import fresh_state, make_train_step, param_init
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -79,14 +79,13 @@ def seconds_per_step(runs: list[tuple[Callable, Any]], batch: dict, steps: int, 
 
 def jitted_step(model: Any, loss_fn: Callable, params: Any, config: Any) -> tuple[Callable, dict]:
     tx, lr = optimizer_lib.make(config.optimizer, config.total_steps)
-    state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
-    return jax.jit(make_train_step(model, loss_fn, tx, lr, 1), donate_argnums=(0,)), state
+    return jax.jit(make_train_step(model, loss_fn, tx, lr, 1), donate_argnums=(0,)), fresh_state(params, tx)
 
 
 def ours(config: Any, batch: dict) -> tuple[Callable, dict]:
     model = models.build(config.model)
     example = {k: v[:1] for k, v in batch.items()}
-    params = jax.jit(lambda k: model.init({"params": k}, example)["params"])(jax.random.key(0))
+    params = jax.jit(lambda k: nn.meta.unbox(param_init(model, example)(k)))(jax.random.key(0))
     return jitted_step(model, objectives.get("bert"), params, config)
 
 
