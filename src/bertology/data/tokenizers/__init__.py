@@ -28,6 +28,7 @@ class Tokenizer(Protocol):
     pad_id: int
     mask_id: int
     unk_id: int
+    eos_id: int  # ends each document in causal-LM data (GPT-2's <|endoftext|>)
     special_ids: frozenset[int]  # every control token, never masked nor predicted
 
     def tokenize(self, text: str) -> list[str]: ...

@@ -42,6 +42,7 @@ class SentencePieceTokenizer:
         self.vocab_size = self._sp.get_piece_size()
         self.convention, roles = self._detect_specials(path)
         self.cls_id, self.sep_id, self.pad_id, self.mask_id, self.unk_id = roles
+        self.eos_id = self.sep_id  # `</s>` or `[SEP]`: ends a document for causal LMs
         sp = self._sp
         self.special_ids = frozenset(
             [*roles, *(i for i in range(self.vocab_size) if sp.is_control(i) or sp.is_unknown(i))]

@@ -157,6 +157,7 @@ class WordPieceTokenizer:
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             self.vocab[t] for t in SPECIAL_TOKENS
         )
+        self.eos_id = self.sep_id  # ends a document for causal LMs (BERT vocabs have no other end token)
         self.special_ids = frozenset(self.vocab[t] for t in SPECIAL_TOKENS)
         self.basic = BasicTokenizer(do_lower_case, strip_accents, tokenize_chinese_chars)
         self._longest = max(map(len, tokens))
