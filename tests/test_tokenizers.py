@@ -229,7 +229,7 @@ def test_load_tokenizer_dispatch_and_errors(vocab_file, sp_models, tmp_path):
     no_mask.write_text("\n".join(t for t in VOCAB if t != "[MASK]"), encoding="utf-8")
     with pytest.raises(UserError, match=r"has no \[MASK\] line"):
         load_tokenizer(no_mask)
-    odd = tmp_path / "vocab.json"
+    odd = tmp_path / "vocab.bin"
     odd.write_text("{}")
     with pytest.raises(UserError, match="unknown tokenizer file type"):
         load_tokenizer(odd)

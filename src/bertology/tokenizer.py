@@ -2,6 +2,7 @@
 
     python -m bertology.tokenizer --vocab_size 8192 --kind wordpiece --out vocab.txt
     python -m bertology.tokenizer --corpus texts/ --vocab_size 32000 --kind unigram --out sp.model
+    python -m bertology.tokenizer --corpus texts/ --vocab_size 50257 --kind bytebpe --out gpt2_bpe/
     python -m bertology.tokenizer --vocab vocab.txt --text "Hello, world!"
 
 Without --corpus, training uses the embedded corpus (the standard library's docstrings).
@@ -15,7 +16,7 @@ import time
 
 from bertology.data.embedded import embedded_corpus_path
 from bertology.data.tokenizers import load_tokenizer
-from bertology.data.tokenizers.train import KINDS, SPECIALS, train_tokenizer
+from bertology.data.tokenizers.train import BYTE_BPE_SPECIALS, KINDS, SPECIALS, train_tokenizer
 from bertology.errors import UserError
 
 _PROG = "bertology.tokenizer"
@@ -28,12 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--corpus", help="text file or directory of .txt files (default: embedded)")
     train.add_argument("--vocab_size", type=int, help="number of entries, specials included")
     train.add_argument("--kind", choices=KINDS)
-    train.add_argument("--out", help="output path: .txt for wordpiece, .model otherwise")
-    train.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
-    train.add_argument("--specials", choices=sorted(SPECIALS), default="albert",
-                       help="sentencepiece special tokens: albert ([CLS] [SEP] [MASK]) or roberta (<s> </s> <mask>)")
+    train.add_argument("--out", help="output path: .txt for wordpiece, .model for unigram/bpe, a directory for bytebpe")
+    train.add_argument("--cased", action="store_true", help="keep case (default: lower-case; bytebpe always keeps it)")
+    train.add_argument("--specials", choices=sorted({*SPECIALS, *BYTE_BPE_SPECIALS}),
+                       help="special tokens: albert ([CLS] [SEP] [MASK], unigram/bpe default), gpt2 "
+                            "(<|endoftext|>, bytebpe default) or roberta (<s> </s> <mask>)")
     show = parser.add_argument_group("tokenize some text")
-    show.add_argument("--vocab", help="a vocab.txt or .model file")
+    show.add_argument("--vocab", help="a vocab.txt, a .model file or a byte-level BPE directory")
     show.add_argument("--text")
     args = parser.parse_args(argv)
     try:
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         corpus = args.corpus if args.corpus is not None else embedded_corpus_path()
         path = train_tokenizer(
-            corpus, args.vocab_size, args.kind, args.out, do_lower_case=not args.cased, specials=args.specials
+            corpus, args.vocab_size, args.kind, args.out, do_lower_case=False if args.cased else None,
+            specials=args.specials,
         )
         print(f"wrote {path} ({args.kind}, {args.vocab_size} entries) "
               f"in {time.perf_counter() - start:.1f}s")

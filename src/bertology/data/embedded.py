@@ -21,6 +21,8 @@ import warnings
 from bertology.data.tokenizers.wordpiece import atomic_write
 
 DEFAULT_VOCAB: pathlib.Path = pathlib.Path(__file__).parent / "assets" / "wordpiece_uncased_8k.txt"
+# An 8192-token GPT-2-style byte-level BPE (vocab.json + merges.txt) trained on the same corpus.
+BYTE_BPE_VOCAB: pathlib.Path = pathlib.Path(__file__).parent / "assets" / "bytebpe_8k"
 # Multi-word phrases and names common in the docstrings, for ERNIE-style entity/phrase masking.
 DEFAULT_LEXICON: pathlib.Path = pathlib.Path(__file__).parent / "assets" / "stdlib_phrases.txt"
 

@@ -1,7 +1,8 @@
 """Tokenizers behind one interface, so the data pipeline and the models never ask which kind.
 
-A `.txt` file is a BERT WordPiece vocab, a `.model` file a SentencePiece model; `load_tokenizer`
-picks the implementation from the suffix.
+A `.txt` file is a BERT WordPiece vocab, a `.model` file a SentencePiece model, and a directory
+holding `vocab.json` + `merges.txt` (or that `vocab.json` itself) a GPT-2 / RoBERTa byte-level BPE;
+`load_tokenizer` picks the implementation from the path.
 """
 
 from __future__ import annotations
@@ -12,11 +13,19 @@ from typing import Protocol
 
 import numpy as np
 
+from bertology.data.tokenizers.bytebpe import ByteLevelBPETokenizer
 from bertology.data.tokenizers.spm import SentencePieceTokenizer
 from bertology.data.tokenizers.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 from bertology.errors import UserError
 
-__all__ = ["Tokenizer", "WordPieceTokenizer", "SentencePieceTokenizer", "load_tokenizer"]
+__all__ = [
+    "Tokenizer",
+    "WordPieceTokenizer",
+    "SentencePieceTokenizer",
+    "ByteLevelBPETokenizer",
+    "load_tokenizer",
+    "tokenizer_files",
+]
 
 
 class Tokenizer(Protocol):
@@ -26,7 +35,7 @@ class Tokenizer(Protocol):
     cls_id: int
     sep_id: int
     pad_id: int
-    mask_id: int
+    mask_id: int | None  # None where the vocab has no mask token (GPT-2): no masked-LM data
     unk_id: int
     eos_id: int  # ends each document in causal-LM data (GPT-2's <|endoftext|>)
     special_ids: frozenset[int]  # every control token, never masked nor predicted
@@ -45,33 +54,62 @@ class Tokenizer(Protocol):
 
 
 def load_tokenizer(path: str | os.PathLike, *, do_lower_case: bool | None = None) -> Tokenizer:
-    """Open a WordPiece vocab (`.txt`) or a SentencePiece model (`.model`).
+    """Open a WordPiece vocab (`.txt`), a SentencePiece model (`.model`) or a byte-level BPE.
 
     For a vocab, `do_lower_case=None` infers the casing from the vocab itself: a vocab with any
     upper-case token (besides the specials) is cased. SentencePiece models normalise text
-    themselves, so `do_lower_case` must stay None for them.
+    themselves and byte-level BPE never changes it, so `do_lower_case` must stay None for them.
+    """
+    files = tokenizer_files(path)
+    kind = files[0].suffix
+    if kind in (".model", ".json") and do_lower_case is not None:
+        raise UserError(
+            f"do_lower_case does not apply to {path}: a sentencepiece model's normaliser decides the "
+            "casing and a byte-level BPE keeps the text as it is; drop the option or retrain"
+        )
+    if kind == ".txt":
+        if do_lower_case is None:
+            do_lower_case = not _has_upper_case(files[0])
+        return WordPieceTokenizer(files[0], do_lower_case=do_lower_case)
+    if kind == ".model":
+        return SentencePieceTokenizer(files[0])
+    return ByteLevelBPETokenizer(*files)
+
+
+def tokenizer_files(path: str | os.PathLike) -> list[pathlib.Path]:
+    """The files that make up the tokenizer at `path`, its vocab first.
+
+    One `.txt` or `.model` file, or a byte-level BPE's `vocab.json` and the `merges.txt` beside it
+    (`path` being their directory or the `vocab.json`): a cache of tokenized text must hash all of
+    them, since editing either changes the ids.
     """
     path = pathlib.Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        if not (path / "vocab.json").is_file():
+            raise UserError(
+                f"tokenizer directory {path} holds no vocab.json; pass a byte-level BPE directory "
+                "(vocab.json + merges.txt), a vocab.txt or a sentencepiece .model"
+            )
+        path = path / "vocab.json"
+    elif not path.is_file():
         raise UserError(
             f"tokenizer file not found: {path}; train one with `python -m bertology.tokenizer "
             "--vocab_size N --kind wordpiece --out vocab.txt` or use the shipped default vocab"
         )
-    if path.suffix == ".txt":
-        if do_lower_case is None:
-            do_lower_case = not _has_upper_case(path)
-        return WordPieceTokenizer(path, do_lower_case=do_lower_case)
-    if path.suffix == ".model":
-        if do_lower_case is not None:
+    if path.suffix == ".json":
+        merges = path.with_name("merges.txt")
+        if not merges.is_file():
             raise UserError(
-                f"do_lower_case does not apply to sentencepiece model {path}: its normaliser "
-                "decides the casing; drop the option or retrain the model"
+                f"byte-level BPE vocab {path} has no merges.txt beside it; put the merges.txt "
+                "released with it in the same directory"
             )
-        return SentencePieceTokenizer(path)
-    raise UserError(
-        f"unknown tokenizer file type: {path}; use a WordPiece vocab (.txt) "
-        "or a sentencepiece model (.model)"
-    )
+        return [path, merges]
+    if path.suffix not in (".txt", ".model"):
+        raise UserError(
+            f"unknown tokenizer file type: {path}; use a WordPiece vocab (.txt), a sentencepiece "
+            "model (.model) or a byte-level BPE's vocab.json + merges.txt"
+        )
+    return [path]
 
 
 def _has_upper_case(vocab: pathlib.Path) -> bool:
