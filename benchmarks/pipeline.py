@@ -1,11 +1,13 @@
 """Input-pipeline throughput alone: tokenized array_record -> segment pairs -> dynamic masking ->
-global batches on the devices, in examples/s.
+global batches on the devices, in examples/s; then the same for the causal-LM transform.
 
     python -m benchmarks.pipeline [--batch_size 256] [--passes 2]
 
 Runs PretrainingStream exactly as the train loop does (each pass re-pairs the whole corpus,
 each batch is masked afresh and assembled with `make_array_from_process_local_data`) for whole
-passes, so pairing is counted at its real share. Also prints where the time goes.
+passes, so pairing is counted at its real share. Also prints where the time goes. The causal
+stream (data.objective=causal: documents + eos packed several per row with next-token targets)
+is timed the same way, its packing counted per pass.
 """
 
 from __future__ import annotations
@@ -45,29 +47,46 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     pair_s = time.perf_counter() - t
     t = time.perf_counter()
     for _ in range(20):
-        stream.mask(pairs["input_ids"][: args.batch_size], np.random.default_rng(0))
+        stream.transform.corrupt({"input_ids": pairs["input_ids"][: args.batch_size]}, np.random.default_rng(0))
     mask_s = (time.perf_counter() - t) / 20
 
-    rows, device_s = 0, 0.0
-    t = time.perf_counter()
-    while stream.get_state()["pass"] < args.passes:
-        batch = next(stream)
-        d = time.perf_counter()
-        jax.block_until_ready(sharding.shard_batch(batch, mesh, rules))
-        device_s += time.perf_counter() - d
-        rows += len(batch["input_ids"])
-    total_s = time.perf_counter() - t
+    rows, total_s, device_s = _run(stream, args.passes, mesh, rules)
     per_pass = len(pairs["input_ids"])
+
+    causal_data = ml_collections.ConfigDict(dict(objective="causal", max_seq_length=args.seq_len))
+    t = time.perf_counter()
+    causal_pass = len(pipeline.make_instances(docs, causal_data, tokenizer, np.random.default_rng(0))["input_ids"])
+    causal_pack_s = time.perf_counter() - t
+    causal = pipeline.PretrainingStream(docs, tokenizer, causal_data, batch_size=args.batch_size, seed=0)
+    causal_rows, causal_s, _ = _run(causal, args.passes, mesh, rules)
     out = {"examples_per_s": rows / total_s, "examples": rows, "instances_per_pass": per_pass,
            "read_corpus_s": read_s, "pairing_per_pass_s": pair_s, "pairing_examples_per_s": per_pass / pair_s,
-           "masking_examples_per_s": args.batch_size / mask_s, "to_device_share": device_s / total_s}
+           "masking_examples_per_s": args.batch_size / mask_s, "to_device_share": device_s / total_s,
+           "causal_examples_per_s": causal_rows / causal_s, "causal_rows_per_pass": causal_pass,
+           "causal_packing_per_pass_s": causal_pack_s}
     print(f"end to end: {out['examples_per_s']:,.0f} examples/s ({rows:,} examples, batch {args.batch_size}x{args.seq_len}, "
           f"{args.passes} passes of {per_pass:,})")
     print(f"  reading the tokenized corpus (once): {read_s:.2f} s")
     print(f"  pairing: {pair_s:.2f} s a pass = {out['pairing_examples_per_s']:,.0f} examples/s")
     print(f"  dynamic masking alone: {out['masking_examples_per_s']:,.0f} examples/s")
     print(f"  global batch assembly: {out['to_device_share']:.1%} of the end-to-end time")
+    print(f"causal LM end to end: {out['causal_examples_per_s']:,.0f} examples/s ({causal_rows:,} examples, "
+          f"{args.passes} passes of {causal_pass:,} packed rows; packing {causal_pack_s:.2f} s a pass)")
     return out
+
+
+def _run(stream: pipeline.PretrainingStream, passes: int, mesh: jax.sharding.Mesh,
+         rules: sharding.Rules) -> tuple[int, float, float]:
+    """Rows taken, total seconds and seconds spent assembling device batches, over whole passes."""
+    rows, device_s = 0, 0.0
+    t = time.perf_counter()
+    while stream.get_state()["pass"] < passes:
+        batch = next(stream)
+        d = time.perf_counter()
+        jax.block_until_ready(sharding.shard_batch(batch, mesh, rules))
+        device_s += time.perf_counter() - d
+        rows += len(batch["input_ids"])
+    return rows, time.perf_counter() - t, device_s
 
 
 if __name__ == "__main__":

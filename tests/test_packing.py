@@ -38,9 +38,31 @@ def test_pieces_and_rows_are_lossless_and_within_length():
     assert packing.padding_fraction(mask) < packing.padding_fraction(unpacked["input_mask"]) / 2
 
 
+def test_causal_pieces_overlap_by_one_token_and_lose_nothing():
+    rng = np.random.default_rng(2)
+    documents = docs(rng, 40) + [[np.zeros(0, np.int64)], []]  # documents without tokens are skipped
+    for length in (2, 5, 16):
+        pieces = packing.causal_pieces(documents, length, eos_id=SEP)
+        assert all(2 <= len(p) <= length for p in pieces)
+        rebuilt, at = [], 0
+        for doc in documents[:40]:  # each document's pieces in order: drop the repeated first token
+            tokens = np.concatenate([*doc, [SEP]])
+            parts = [pieces[at]]
+            while sum(len(p) - 1 for p in parts) + 1 < len(tokens):
+                assert pieces[at + len(parts)][0] == parts[-1][-1]  # starts on the previous cut's last token
+                parts.append(pieces[at + len(parts)])
+            at += len(parts)
+            assert all(len(p) == length for p in parts[:-1])
+            rebuilt.append(np.concatenate([parts[0]] + [p[1:] for p in parts[1:]]))
+            np.testing.assert_array_equal(rebuilt[-1], tokens)
+        assert at == len(pieces)
+
+
 def test_bad_lengths_fail_with_one_line():
     with pytest.raises(UserError, match="too short to pack"):
         packing.document_pieces([[np.arange(4)]], 2, CLS, SEP)
+    with pytest.raises(UserError, match="too short for language modelling"):
+        packing.causal_pieces([[np.arange(4)]], 1, SEP)
     with pytest.raises(UserError, match="more than max_seq_length 8"):
         packing.pack([np.arange(9)], 8)
 

@@ -48,6 +48,7 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         corpus=placeholder(str),  # a text file or directory; None: the embedded default corpus
         vocab=placeholder(str),  # vocab.txt or sentencepiece .model; None: the shipped 8k WordPiece
         cache_dir=placeholder(str),  # where tokenized corpora are kept; None: ~/.cache/bertology/tfds
+        objective="mlm",  # the data transform (data/transforms.py): mlm | causal (GPT) | prefix_lm (T5, UniLM)
         max_seq_length=128,
         max_predictions_per_seq=20,
         masked_lm_prob=0.15,

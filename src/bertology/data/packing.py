@@ -1,7 +1,8 @@
-"""Sequence packing for single-segment families (RoBERTa, SpanBERT): several documents per row.
+"""Sequence packing for single-segment families (RoBERTa, SpanBERT, GPT): several documents per row.
 
 One document per row wastes the tail of every row on padding. Packing puts several documents
-(each `[CLS] tokens [SEP]`, cut into pieces of at most `max_seq_length` tokens) into one row and
+(each `[CLS] tokens [SEP]`, or for causal LMs `tokens eos`, cut into pieces of at most
+`max_seq_length` tokens) into one row and
 keeps them apart in the model: `packing_ids` numbers the pieces of a row 1, 2, ... (0 on
 padding), which the encoder's `attention_mask="packed"` turns into a block-diagonal mask, and
 `positions` restart at each piece, so every piece is encoded exactly as it would be alone.
@@ -34,6 +35,30 @@ def document_pieces(
         tokens = np.concatenate([np.asarray(s, np.int32) for s in doc]) if len(doc) else np.zeros(0, np.int32)
         for start in range(0, len(tokens), body):
             pieces.append(np.concatenate([[cls_id], tokens[start : start + body], [sep_id]]).astype(np.int32))
+    return pieces
+
+
+def causal_pieces(documents: Sequence[Sequence[np.ndarray]], max_seq_length: int, eos_id: int) -> list[np.ndarray]:
+    """Each document's tokens followed by `eos_id`, cut into pieces of at most `max_seq_length`
+    tokens, consecutive pieces overlapping by one token; documents without tokens are skipped.
+
+    Why the overlap: attention never crosses pieces, so a piece's last token has no target, and
+    without overlap the prediction of the first token after every cut would be lost. Starting the
+    next piece with the cut's last token keeps it: every token of a document but its first is a
+    target exactly once, for one repeated input token per cut (1 in max_seq_length - 1). The
+    repeated token starts its piece without context, as a document's first token does. Every
+    piece has at least two tokens, so at least one target.
+    """
+    if max_seq_length < 2:
+        raise UserError(f"max_seq_length {max_seq_length} is too short for language modelling; use at least 2")
+    step = max_seq_length - 1
+    pieces = []
+    for doc in documents:
+        sentences = [np.asarray(s, np.int32) for s in doc if len(s)]
+        if not sentences:
+            continue
+        tokens = np.concatenate([*sentences, np.array([eos_id], np.int32)])
+        pieces.extend(tokens[start : start + max_seq_length] for start in range(0, len(tokens) - 1, step))
     return pieces
 
 
