@@ -20,7 +20,7 @@ from typing import Iterator
 import numpy as np
 import tensorflow_datasets as tfds
 
-from bertology.data.tokenizers import Tokenizer
+from bertology.data.tokenizers import Tokenizer, tokenizer_files
 from bertology.errors import UserError
 
 Document = list[np.ndarray]  # one int32 array of token ids per sentence
@@ -116,7 +116,8 @@ def cache_key(files: list[pathlib.Path], tokenizer_path: str | pathlib.Path) -> 
     for f in files:
         st = f.stat()
         h.update(f"{f.absolute()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    h.update(pathlib.Path(tokenizer_path).read_bytes())
+    for f in tokenizer_files(tokenizer_path):  # a byte-level BPE is two files (vocab.json, merges.txt)
+        h.update(f.read_bytes())
     h.update(f"eval_every={EVAL_EVERY}|{TextCorpus.VERSION}".encode())
     return h.hexdigest()[:16]
 

@@ -165,6 +165,9 @@ class MaskedLM(Transform):
     def _options(self) -> dict:
         """mask_tokens' keyword arguments; built on first use (instances alone need none of them)."""
         tok, cfg = self.tokenizer, self.cfg
+        if tok.mask_id is None:
+            raise UserError("the tokenizer has no mask token (a GPT-2 byte-level BPE); masked-LM data needs one: "
+                            "train one with `python -m bertology.tokenizer --kind bytebpe --specials roberta`")
         return dict(
             vocab_size=tok.vocab_size,
             mask_id=tok.mask_id,
