@@ -9,10 +9,10 @@ gathered positions (plus [CLS] for the pooler), its keys and values at every pos
 
 from __future__ import annotations
 
-from bertology.models.encoder import EncoderConfig
+from bertology.models.transformer import TransformerConfig
 
 
-def forward_flops_per_token(cfg: EncoderConfig, length: int, predictions: int | None) -> float:
+def forward_flops_per_token(cfg: TransformerConfig, length: int, predictions: int | None) -> float:
     """Forward matmul FLOPs per input token. `predictions=None`: the MLM head and the whole last
     layer at every position, as a model without gathering (Hugging Face's) runs them."""
     h, i, e = cfg.hidden_size, cfg.intermediate_size, cfg.embed_dim
@@ -27,5 +27,5 @@ def forward_flops_per_token(cfg: EncoderConfig, length: int, predictions: int | 
     return trunk + head_share * head + sentence
 
 
-def train_flops_per_token(cfg: EncoderConfig, length: int, predictions: int | None) -> float:
+def train_flops_per_token(cfg: TransformerConfig, length: int, predictions: int | None) -> float:
     return 3 * forward_flops_per_token(cfg, length, predictions)

@@ -12,11 +12,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from bertology.models.encoder import EncoderConfig
+from bertology.models.transformer import TransformerConfig
 from bertology.objectives.bert import mlm_loss, nsp_loss
 
 
-def hf_model(cfg: EncoderConfig, seed: int = 0) -> Any:
+def hf_model(cfg: TransformerConfig, seed: int = 0) -> Any:
     """FlaxBertForPreTraining with the shapes of `cfg` (exact GELU and dropout rates as ours)."""
     from transformers import BertConfig, FlaxBertForPreTraining
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from benchmarks.flops import train_flops_per_token
 from bertology import models, objectives
-from bertology.models.encoder import EncoderConfig
+from bertology.models.transformer import TransformerConfig
 from bertology.train import optimizer as optimizer_lib
 from bertology.train.loop import fresh_state, make_train_step, param_init
 
@@ -41,7 +41,7 @@ def bert_config(preset: str, vocab_size: int, dtype: str, remat: str) -> Any:
     return c
 
 
-def random_batch(cfg: EncoderConfig, batch: int, length: int, predictions: int, seed: int = 0) -> dict[str, np.ndarray]:
+def random_batch(cfg: TransformerConfig, batch: int, length: int, predictions: int, seed: int = 0) -> dict[str, np.ndarray]:
     """A pretraining batch of the right shapes and dtypes; the values do not affect speed."""
     rng = np.random.default_rng(seed)
     positions = np.sort(np.stack([rng.choice(np.arange(1, length), predictions, replace=False) for _ in range(batch)]), 1)

@@ -7,11 +7,11 @@ import pytest
 
 from benchmarks import flops, memory, padding, pipeline, train_step
 from bertology import models
-from bertology.models.encoder import EncoderConfig
+from bertology.models.transformer import TransformerConfig
 
 
 def test_flops_per_token_of_bert_base_with_the_gathered_head():
-    base = EncoderConfig(vocab_size=30522)
+    base = TransformerConfig(vocab_size=30522)
     # The last layer's queries, attention and MLP, per query row; they run at the 20 gathered rows + [CLS].
     last_layer_rows = 2 * 2 * 768 * 768 + 2 * 2 * 768 * 3072 + 2 * 2 * 128 * 768
     skipped = 3 * (107 / 128) * last_layer_rows

@@ -15,7 +15,7 @@ from scipy.special import erf, log_softmax
 from bertology import models, objectives
 from bertology.data.examples import create_full_sentence_instances, create_pair_instances
 from bertology.models import electra
-from bertology.models.encoder import EncoderConfig
+from bertology.models.transformer import TransformerConfig
 from bertology.models.heads import SpanBoundaryHead
 from bertology.objectives.electra import replace_with_samples, rtd_loss
 
@@ -75,7 +75,7 @@ def test_rtd_loss_matches_numpy():
 
 
 def test_span_boundary_head_matches_numpy():
-    cfg = EncoderConfig(vocab_size=30, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16)
+    cfg = TransformerConfig(vocab_size=30, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16)
     rng = np.random.default_rng(0)
     seq = rng.normal(size=(2, 12, 8)).astype(np.float32)
     positions = np.array([[3, 4, 5, 9], [1, 2, 7, 8]], np.int32)
@@ -96,7 +96,7 @@ def test_span_boundary_head_matches_numpy():
 
 
 def _electra_setup(head="rtd", seed=0):
-    cfg = EncoderConfig(vocab_size=40, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
+    cfg = TransformerConfig(vocab_size=40, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
                         embedding_size=16, pooler=False)
     model = electra.Model(cfg, electra.generator_config(cfg, 0.5), head)
     rng = np.random.default_rng(seed)
@@ -286,7 +286,7 @@ def test_tiny_family_learns_on_one_and_eight_devices(family, tmp_path):
 def test_heads_read_the_same_states_as_from_the_full_last_layer(family, monkeypatch):
     """Each family hands the encoder the positions its heads read (`outputs_at`); its outputs must
     equal those of an encoder that runs the full last layer and gathers."""
-    from bertology.models.encoder import Encoder, gather_positions
+    from bertology.models.transformer import Encoder, gather_positions
 
     c = load_config(family, "tiny")
     c.model.vocab_size = 50
@@ -314,7 +314,7 @@ def test_heads_read_the_same_states_as_from_the_full_last_layer(family, monkeypa
     if family == "spanbert":  # the head wiring itself, spelled out: MLM at the masked tokens, SBO at the boundaries
 
         def spelled_out(m, batch):
-            seq = m.encoder(batch["input_ids"], batch["input_mask"])["sequence"]
+            seq = m.encoder({"input_ids": batch["input_ids"], "input_mask": batch["input_mask"]})["sequence"]
             left = gather_positions(seq, np.maximum(batch["span_start"] - 1, 0))
             right = gather_positions(seq, np.minimum(batch["span_end"], length - 1))
             return {"mlm_logits": m.mlm(gather_positions(seq, positions), m.encoder.attend),

@@ -20,7 +20,7 @@ from flax.traverse_util import flatten_dict  # noqa: E402
 from bertology import models  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
 from bertology.interop import export_hf, import_hf, names  # noqa: E402
-from bertology.models.encoder import Encoder  # noqa: E402
+from bertology.models.transformer import Encoder  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
 
 B, L, V = 3, 12, 97
@@ -91,14 +91,13 @@ def hf_outputs(hf_models: dict, batch: dict) -> dict:
 def our_outputs(family: str, params: dict, model_config: dict, batch: dict) -> dict:
     model = models.build(ml_collections.ConfigDict(model_config))
     cfg = models.encoder_config(model_config)
-    trunk = params["discriminator"]["encoder"] if family == "electra" else params["encoder"]
-    enc = Encoder(cfg).apply({"params": trunk}, batch["input_ids"], batch["input_mask"], batch["segment_ids"])
+    trunk = models.family(family).trunk(params)
+    enc = Encoder(cfg).apply({"params": trunk}, batch)
     out = {f"hidden_{i}": h for i, h in enumerate(enc["layers"])}
     if family == "electra":
         out["discriminator"] = model.apply({"params": params}, batch, method="discriminate")
         out["generator_mlm"] = model.apply({"params": params}, batch, method="generate")
-        gen = model.apply({"params": params}, batch, method=lambda m, b: m.generator.encoder(
-            b["input_ids"], b["input_mask"], b["segment_ids"]))
+        gen = model.apply({"params": params}, batch, method=lambda m, b: m.generator.encoder(b))
         out.update({f"generator_hidden_{i}": h for i, h in enumerate(gen["layers"])})
     else:
         res = model.apply({"params": params}, batch)

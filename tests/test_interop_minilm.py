@@ -15,7 +15,7 @@ sentence_transformers = pytest.importorskip("sentence_transformers")
 from bertology import models  # noqa: E402
 from bertology.data.tokenizers import load_tokenizer  # noqa: E402
 from bertology.interop import import_hf  # noqa: E402
-from bertology.models.encoder import Encoder  # noqa: E402
+from bertology.models.transformer import Encoder  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
 
 TEXTS = [
@@ -62,7 +62,7 @@ def test_mean_pooled_embeddings_match_sentence_transformers(imported):
     length = max(map(len, rows))
     ids = np.array([r + [tokenizer.pad_id] * (length - len(r)) for r in rows], np.int32)
     mask = (np.arange(length)[None] < np.array([len(r) for r in rows])[:, None]).astype(np.int32)
-    sequence = np.asarray(Encoder(cfg).apply({"params": trunk}, ids, mask)["sequence"])
+    sequence = np.asarray(Encoder(cfg).apply({"params": trunk}, {"input_ids": ids, "input_mask": mask})["sequence"])
     ours = (sequence * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
 
     reference = sentence_transformers.SentenceTransformer(str(minilm.get_model_path()), device="cpu")

@@ -11,7 +11,7 @@ from scipy.special import erf
 
 from bertology.errors import UserError
 from bertology.models import bert
-from bertology.models.encoder import EncoderConfig
+from bertology.models.transformer import TransformerConfig
 from bertology.models.presets import BERT_SIZES, bert_preset
 
 B, L, P, V = 3, 16, 4, 97
@@ -67,7 +67,7 @@ def numpy_bert(p, cfg, batch):
 
 
 def test_bert_matches_numpy_reference():
-    cfg = EncoderConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+    cfg = TransformerConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                         max_position_embeddings=L)
     batch = _batch(np.random.default_rng(0))
     model = bert.Model(cfg)
@@ -83,7 +83,7 @@ def test_bert_matches_numpy_reference():
 
 
 def test_padding_does_not_leak_into_real_positions():
-    cfg = EncoderConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+    cfg = TransformerConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                         max_position_embeddings=L)
     batch = _batch(np.random.default_rng(3))
     model = bert.Model(cfg)
@@ -106,7 +106,7 @@ def _expected_count(layers, h, heads, ff, vocab, positions=512, types=2):
 
 @pytest.mark.parametrize("preset", list(BERT_SIZES))
 def test_parameter_counts_per_preset(preset):
-    cfg = EncoderConfig(vocab_size=30522, **bert_preset(preset))
+    cfg = TransformerConfig(vocab_size=30522, **bert_preset(preset))
     batch = jax.tree.map(jnp.asarray, _batch(np.random.default_rng(0)))
     shapes = jax.eval_shape(lambda: bert.Model(cfg).init(jax.random.key(0), batch))["params"]
     count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nn.meta.unbox(shapes)))
@@ -119,7 +119,7 @@ def test_parameter_counts_per_preset(preset):
 
 
 def test_every_parameter_has_logical_axis_names():
-    cfg = EncoderConfig(vocab_size=V, hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
+    cfg = TransformerConfig(vocab_size=V, hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
     batch = jax.tree.map(jnp.asarray, _batch(np.random.default_rng(0)))
     boxed = jax.eval_shape(lambda: bert.Model(cfg).init(jax.random.key(0), batch))["params"]
     leaves = jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
@@ -130,7 +130,7 @@ def test_every_parameter_has_logical_axis_names():
 def test_bfloat16_compute_keeps_float32_params_and_close_outputs():
     kw = dict(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=L)
     batch = _batch(np.random.default_rng(0))
-    f32, bf16 = bert.Model(EncoderConfig(**kw)), bert.Model(EncoderConfig(dtype="bfloat16", **kw))
+    f32, bf16 = bert.Model(TransformerConfig(**kw)), bert.Model(TransformerConfig(dtype="bfloat16", **kw))
     params = f32.init(jax.random.key(0), batch)["params"]
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(bf16.init(jax.random.key(0), batch)["params"]))
     a = f32.apply({"params": params}, batch)["mlm_logits"]
@@ -141,29 +141,33 @@ def test_bfloat16_compute_keeps_float32_params_and_close_outputs():
 
 def test_bad_model_config_is_a_user_error():
     with pytest.raises(UserError, match="not divisible"):
-        EncoderConfig(hidden_size=100, num_heads=3)
+        TransformerConfig(hidden_size=100, num_heads=3)
     with pytest.raises(UserError, match="at least one layer"):
-        EncoderConfig(num_layers=0)
+        TransformerConfig(num_layers=0)
     with pytest.raises(UserError, match="unknown preset 'huge'"):
         bert_preset("huge")
 
 
 @pytest.mark.parametrize("variant", [
     dict(),
-    dict(attention_mask="packed"),
+    dict(packed=True),
     dict(share_layers="all", remat="full"),
+    dict(causal=True, norm="pre"),
 ])
 def test_last_layer_at_read_positions_equals_gathering_the_full_output(variant):
     """`outputs_at` runs the last layer's queries and feed-forward only at the read positions: the
     states there, the pooled vector and every parameter gradient must equal the full computation's."""
-    from bertology.models.encoder import Encoder, gather_positions
+    from bertology.models.transformer import Encoder, gather_positions
 
-    cfg = EncoderConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
-                        max_position_embeddings=L, **variant)
+    variant = dict(variant)
+    packed, causal = variant.pop("packed", False), variant.pop("causal", False)
+    cfg = TransformerConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                            max_position_embeddings=L, **variant)
     batch = _batch(np.random.default_rng(1))
     packing = np.where(batch["input_mask"] > 0, 1 + (np.arange(L)[None] >= 5), 0).astype(np.int32)
-    encoder = Encoder(cfg)
-    args = (batch["input_ids"], batch["input_mask"], batch["segment_ids"], None, packing)
+    encoder = Encoder(cfg, causal=causal)
+    inputs = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
+    args = ({**inputs, "packing_ids": packing} if packed else inputs,)
     params = encoder.init(jax.random.key(0), *args)["params"]
     weights = jax.random.normal(jax.random.key(1), (B, P, cfg.hidden_size))
 
@@ -178,9 +182,8 @@ def test_last_layer_at_read_positions_equals_gathering_the_full_output(variant):
     np.testing.assert_allclose(pooled, ref_pooled, atol=1e-5)
     for g, ref in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):  # float32 rounding, relative to the scale
         np.testing.assert_allclose(g, ref, atol=1e-6 * np.abs(ref).max() + 1e-7)
-    if variant.get("attention_mask") == "packed":  # the packed mask really differs from padding here
-        plain = Encoder(dataclasses.replace(cfg, attention_mask="padding"))
-        other = plain.apply({"params": params}, *args, outputs_at=batch["masked_positions"])["sequence"]
+    if packed or causal:  # the mask really differs from padding alone here
+        other = Encoder(cfg).apply({"params": params}, inputs, outputs_at=batch["masked_positions"])["sequence"]
         assert np.abs(np.asarray(other) - np.asarray(seq)).max() > 1e-3
 
 
@@ -200,15 +203,15 @@ def test_vocab_bias_gradient_is_the_column_sum():
 def test_bfloat16_packed_rows_with_padding_stay_finite():
     """A padding slot of a packed row has no key to attend to; its mask must stay finite in bfloat16
     (float32's lowest value rounds to -inf there and made the whole row NaN)."""
-    from bertology.models.encoder import Encoder
+    from bertology.models.transformer import Encoder
 
-    cfg = EncoderConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
-                        max_position_embeddings=L, attention_mask="packed", dtype="bfloat16",
-                        attention_dropout_rate=0.0)
+    cfg = TransformerConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                            max_position_embeddings=L, dtype="bfloat16", attention_dropout_rate=0.0)
     batch = _batch(np.random.default_rng(4))
     packing = np.where(batch["input_mask"] > 0, 1 + (np.arange(L)[None] >= 4), 0).astype(np.int32)
     encoder = Encoder(cfg)
-    args = (batch["input_ids"], batch["input_mask"], batch["segment_ids"], None, packing)
+    args = ({"input_ids": batch["input_ids"], "input_mask": batch["input_mask"], "segment_ids": batch["segment_ids"],
+             "packing_ids": packing},)
     params = encoder.init(jax.random.key(0), *args)["params"]
     out = encoder.apply({"params": params}, *args)
     grads = jax.grad(lambda p: encoder.apply({"params": p}, *args)["sequence"].astype(jnp.float32).sum())(params)

@@ -7,7 +7,7 @@ import pytest
 
 from bertology.data import packing
 from bertology.errors import UserError
-from bertology.models.encoder import Encoder, EncoderConfig
+from bertology.models.transformer import Encoder, TransformerConfig
 
 CLS, SEP = 2, 3
 
@@ -68,19 +68,17 @@ def test_bad_lengths_fail_with_one_line():
 
 
 def test_packed_row_encodes_like_its_documents_alone():
-    cfg = EncoderConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                        attention_mask="packed", dropout_rate=0.0, attention_dropout_rate=0.0)
+    cfg = TransformerConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                        dropout_rate=0.0, attention_dropout_rate=0.0)
     pieces = packing.document_pieces(docs(np.random.default_rng(1), 3), 48, CLS, SEP)
     packed = packing.pack(pieces, 48)
     assert packed["packing_ids"][0].max() >= 2  # the first row really holds several documents
     encoder = Encoder(cfg)
     row = {k: jnp.asarray(v[:1]) for k, v in packed.items()}
-    params = encoder.init(jax.random.key(0), row["input_ids"], row["input_mask"], packing_ids=row["packing_ids"])
-    out = encoder.apply(params, row["input_ids"], row["input_mask"], positions=row["positions"],
-                        packing_ids=row["packing_ids"])["sequence"][0]
+    params = encoder.init(jax.random.key(0), row)
+    out = encoder.apply(params, row)["sequence"][0]
     pid = packed["packing_ids"][0]
     for k in range(1, pid.max() + 1):
         alone = packing.one_per_row([row["input_ids"][0][pid == k]], 48)
-        ref = encoder.apply(params, jnp.asarray(alone["input_ids"]), jnp.asarray(alone["input_mask"]),
-                            packing_ids=jnp.asarray(alone["packing_ids"]))["sequence"][0]
+        ref = encoder.apply(params, {k: jnp.asarray(v) for k, v in alone.items()})["sequence"][0]
         np.testing.assert_allclose(out[pid == k], ref[: (pid == k).sum()], atol=1e-5)

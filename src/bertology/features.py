@@ -37,7 +37,7 @@ def extract(
     from bertology import models
     from bertology.data.embedded import DEFAULT_VOCAB
     from bertology.data.tokenizers import load_tokenizer
-    from bertology.models.encoder import Encoder
+    from bertology.models.transformer import Encoder
     from bertology.models.tasks import masked_mean
     from bertology.tasks.encode import encode_pair, stack
     from bertology.train.checkpoint import load_params
@@ -54,7 +54,7 @@ def extract(
 
     @jax.jit
     def run(batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
-        out = encoder.apply({"params": encoder_params}, batch["input_ids"], batch["input_mask"], batch["segment_ids"])
+        out = encoder.apply({"params": encoder_params}, batch)
         tokens = sum(out["layers"][i] for i in layers) / len(layers)
         tokens = tokens * batch["input_mask"][..., None]
         return tokens, masked_mean(tokens, batch["input_mask"])

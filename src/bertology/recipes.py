@@ -16,7 +16,7 @@ SMALL_PRESETS = ("tiny", "mini", "small", "medium")
 
 
 def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool) -> ml_collections.ConfigDict:
-    """The common config; `sizes` are EncoderConfig fields (layers, hidden, heads, ...)."""
+    """The common config; `sizes` are TransformerConfig fields (layers, hidden, heads, ...)."""
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.objective = objective
@@ -38,7 +38,6 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         initializer_range=0.02,
         dtype="float32",
         remat="none",
-        attention_mask="padding",  # padding | packed (with data.instances=packed)
         share_layers="none",  # none | all | attention | ffn (ALBERT's cross-layer sharing)
         activation="gelu",  # gelu (erf) | gelu_tanh
         **sizes,
@@ -56,7 +55,7 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         random_prob=0.1,  # ... a random token; the rest keep their token
         mask_unit="token",  # token | whole_word | ngram | span | entity (needs lexicon)
         lexicon=placeholder(str),  # phrases/entities, one per line, for mask_unit=entity (ERNIE); None: shipped list
-        instances="pairs",  # pairs (two segments) | full_sentences (RoBERTa) | packed (needs model.attention_mask=packed)
+        instances="pairs",  # pairs (two segments) | full_sentences (RoBERTa) | packed (several documents per row, no attention across them)
         sentence_task="nsp",  # for pairs: nsp (random next) | sop (swapped order)
         short_seq_prob=0.1,
         masking="static",  # static: dupe_factor precomputed masked copies; dynamic: fresh masks each batch

@@ -8,11 +8,9 @@ corpus, then fine-tuned on the embedded task; a from-scratch run is the zero-FLO
 `sweep.json`, a Markdown `table.md` and `score_vs_flops.png`. Finished runs are skipped, so an
 interrupted sweep continues where it stopped.
 
-FLOPs per token follow the usual estimate (FACTS.md; Kaplan et al.): 6·(12·L·d² + 2·L·s·d) for
-the encoder plus 6·(d·E + E·V)·p for an MLM head run at a fraction p of positions. ELECTRA adds
-its generator (width d·generator_fraction, MLM head on the masked positions) and a one-unit
-discriminator head at every position. SpanBERT's boundary head and the NSP/SOP classifiers are
-left out (< 1% at this size).
+FLOPs per token are each family's nominal count (`bertology.models.flops`, ELECTRA paper style:
+6·(12·L·d² + 2·L·s·d) per stack plus the MLM heads at the masked fraction; ELECTRA adds its
+generator and the per-token discriminator head; NSP/SOP and SpanBERT's boundary head are left out).
 """
 
 from __future__ import annotations
@@ -25,25 +23,14 @@ import sys
 import ml_collections
 from absl import flags
 
-from bertology import cli
-
-
-def encoder_flops(layers: int, width: int, length: int) -> float:
-    return 6.0 * (12 * layers * width**2 + 2 * layers * length * width)
+from bertology import cli, models
 
 
 def flops_per_token(config: ml_collections.ConfigDict, vocab_size: int) -> float:
-    """Training FLOPs per input token of a pretraining config (forward + backward)."""
-    m, d = config.model, config.model.hidden_size
-    s = config.data.max_seq_length
-    e = m.get("embedding_size") or d
-    p = config.data.max_predictions_per_seq / s
-    head = 6.0 * (d * e + e * vocab_size) * p
-    if m.family != "electra":
-        return encoder_flops(m.num_layers, d, s) + head
-    g = int(d * m.generator_fraction)
-    generator = encoder_flops(m.num_layers, g, s) + 6.0 * (g * e + e * vocab_size) * p
-    return generator + encoder_flops(m.num_layers, d, s) + 6.0 * (d * d + d)
+    """Nominal training FLOPs per input token of a pretraining config with this vocabulary."""
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.model.vocab_size = vocab_size
+    return models.flops_per_token(config, nominal=True)
 
 
 def load_config(path: pathlib.Path, *args: str) -> ml_collections.ConfigDict:

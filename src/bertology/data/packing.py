@@ -4,7 +4,7 @@ One document per row wastes the tail of every row on padding. Packing puts sever
 (each `[CLS] tokens [SEP]`, or for causal LMs `tokens eos`, cut into pieces of at most
 `max_seq_length` tokens) into one row and
 keeps them apart in the model: `packing_ids` numbers the pieces of a row 1, 2, ... (0 on
-padding), which the encoder's `attention_mask="packed"` turns into a block-diagonal mask, and
+padding), which the model's attention mask (`Mask.from_batch`) turns into a block-diagonal mask, and
 `positions` restart at each piece, so every piece is encoded exactly as it would be alone.
 
 Rows are filled best-fit-decreasing (longest piece first, into the row with the least room that

@@ -119,7 +119,7 @@ def _full_sentences(documents: Sequence[Document], cfg: ml_collections.ConfigDic
 
 def _packed(documents: Sequence[Document], cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
             rng: np.random.Generator) -> Batch:
-    """Whole `[CLS] doc [SEP]` pieces several per row (model.attention_mask=packed; `rng` unused)."""
+    """Whole `[CLS] doc [SEP]` pieces several per row (the model keeps them apart by their packing ids; `rng` unused)."""
     pieces = packing.document_pieces(documents, cfg.max_seq_length, tokenizer.cls_id, tokenizer.sep_id)
     return packing.pack(pieces, cfg.max_seq_length, tokenizer.pad_id)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from bertology.errors import UserError
 from bertology.models.electra import generator_config
-from bertology.models.encoder import EncoderConfig
+from bertology.models.transformer import TransformerConfig
 
 FAMILIES = ("bert", "roberta", "albert", "electra")
 # HF hidden_act -> our model.activation (the erf GELU, or its tanh approximation)
@@ -60,7 +60,7 @@ def from_hf(hf: dict[str, Any], where: str, generator: dict[str, Any] | None = N
     if family == "electra" and "ElectraForMaskedLM" in hf.get("architectures", ()):
         raise UserError(f"{where} is an ELECTRA generator; pass the discriminator as --in and this one as --generator")
     _check_reproducible(hf, where)
-    defaults = EncoderConfig()
+    defaults = TransformerConfig()
     block: dict[str, Any] = {"family": family}
     block.update({ours: hf.get(key, getattr(defaults, ours)) for ours, key in SAME_VALUE})
     block["activation"] = ACTIVATIONS[hf.get("hidden_act", "gelu")]
@@ -79,7 +79,7 @@ def from_hf(hf: dict[str, Any], where: str, generator: dict[str, Any] | None = N
 def _generator_fraction(block: dict[str, Any], gen: dict[str, Any], where: str) -> float:
     """The generator_fraction whose generator has exactly the HF generator's shape."""
     _check_reproducible(gen, where)
-    disc = EncoderConfig(**{k: v for k, v in block.items() if k != "family"})
+    disc = TransformerConfig(**{k: v for k, v in block.items() if k != "family"})
     fraction = gen["hidden_size"] / disc.hidden_size
     ours = generator_config(disc, fraction)
     expected = {"hidden_size": ours.hidden_size, "num_hidden_layers": ours.num_layers,
@@ -94,7 +94,7 @@ def _generator_fraction(block: dict[str, Any], gen: dict[str, Any], where: str) 
     return fraction
 
 
-def to_hf(block: dict[str, Any], cfg: EncoderConfig, source: str) -> dict[str, Any]:
+def to_hf(block: dict[str, Any], cfg: TransformerConfig, source: str) -> dict[str, Any]:
     """The HF config.json of `source` ("model", or ELECTRA's "discriminator"/"generator") with encoder `cfg`."""
     family = block["family"]
     if (family, source) not in ARCHITECTURES:

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from bertology.errors import UserError
-from bertology.models.encoder import EncoderConfig
+from bertology.models.transformer import TransformerConfig
 
 COPY, FLAT, LINEAR, LINEAR_FROM_HEADS = "copy", "flat", "linear", "linear_from_heads"
 RULES = {COPY: None, FLAT: None, LINEAR: 1, LINEAR_FROM_HEADS: 2}  # rule -> our kernel's input axes
@@ -139,16 +139,16 @@ def _tensors(rows, ours_prefix: str, hf_prefix: str, **flags) -> list[Tensor]:
     return out
 
 
-def _layers(cfg: EncoderConfig, table) -> list[tuple[str, str, str]]:
+def _layers(cfg: TransformerConfig, table) -> list[tuple[str, str, str]]:
     count = 1 if cfg.share_layers == "all" else cfg.num_layers
     return [(o.format(i=i), h.format(i=i), k) for i in range(count) for o, h, k in table]
 
 
-def _pooler(family: str, cfg: EncoderConfig) -> list[tuple[str, str, str]]:
+def _pooler(family: str, cfg: TransformerConfig) -> list[tuple[str, str, str]]:
     return [("pooler", POOLERS[family], "dense")] if cfg.pooler else []
 
 
-def tensors(family: str, cfg: EncoderConfig, generator_cfg: EncoderConfig | None = None) -> list[Tensor]:
+def tensors(family: str, cfg: TransformerConfig, generator_cfg: TransformerConfig | None = None) -> list[Tensor]:
     """Every tensor of a `family` model with encoder `cfg` (and ELECTRA's generator), both names."""
     if family == "albert":
         projection = [("embeddings_projection", "encoder.embedding_hidden_mapping_in", "dense")]
@@ -161,7 +161,7 @@ def tensors(family: str, cfg: EncoderConfig, generator_cfg: EncoderConfig | None
         return [*_tensors(trunk, "encoder", family, source="model", trunk=True),
                 *_tensors(heads, "", "", source="model", trunk=False)]
     if family == "electra":
-        def projection(c: EncoderConfig) -> list:
+        def projection(c: TransformerConfig) -> list:
             return [("embeddings_projection", "embeddings_project", "dense")] if c.embedding_size else []
 
         disc = [*EMBEDDINGS, *projection(cfg), *_layers(cfg, BERT_LAYER)]

@@ -1,52 +1,73 @@
-"""Models picked by name: `config.model.family` names a module here that defines `Model`."""
+"""Models picked by name: `config.model.family` names a module here.
+
+The family contract — what a module `bertology/models/<family>.py` states, so that nothing
+outside it ever asks which family it is:
+- `Model`, the flax module, and `build(model_config) -> Model` when it reads more than its
+  `TransformerConfig` (ELECTRA's generator width); otherwise `Model(config(model_config))`;
+- `EXTRA_KEYS`: the family's own keys of the `model` block, beyond `TransformerConfig`'s fields
+  (or `config(model_config)` for a family that is not a Transformer);
+- `trunk(params) -> params`: the network that fine-tuning, features and export read (its
+  `TransformerConfig` is `config(model_config)`);
+- `flops_per_token(config, nominal) -> float`: training FLOPs per input token of a run config
+  (`bertology.models.flops`): what runs, or with `nominal` the paper-style estimate that the
+  equal-FLOP sweep budgets with.
+"""
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any
 
 import flax.linen as nn
 import ml_collections
 
 from bertology.errors import UserError
-from bertology.models.encoder import EncoderConfig
+from bertology.models.transformer import TransformerConfig
+
+ModelConfig = ml_collections.ConfigDict | dict
 
 
-def _family(name: str) -> ModuleType:
+def family(name: str) -> ModuleType:
+    """The module of family `name`."""
     try:
         return importlib.import_module(f"bertology.models.{name}")
-    except ModuleNotFoundError:
+    except ModuleNotFoundError as e:
+        if e.name != f"bertology.models.{name}":
+            raise
         raise UserError(f"unknown model family {name!r}; it must name a module in bertology/models/") from None
 
 
-def encoder_config(model_config: ml_collections.ConfigDict | dict) -> EncoderConfig:
-    """EncoderConfig from the config's `model` block: every key but `family` and the family's own
-    extra keys (`EXTRA_KEYS` of its module, e.g. ELECTRA's generator_fraction)."""
-    model_config = dict(model_config)
-    extra = {"family", *getattr(_family(model_config["family"]), "EXTRA_KEYS", ())}
-    fields = {k: v for k, v in model_config.items() if k not in extra}
-    unknown = sorted(set(fields) - set(EncoderConfig.__dataclass_fields__))
+def transformer_config(model_config: ModelConfig, extra_keys: tuple[str, ...] = ()) -> TransformerConfig:
+    """TransformerConfig from a `model` block: every key but `family` and `extra_keys`."""
+    fields = {k: v for k, v in dict(model_config).items() if k not in {"family", *extra_keys}}
+    unknown = sorted(set(fields) - set(TransformerConfig.__dataclass_fields__))
     if unknown:
-        raise UserError(f"unknown model config key(s) {unknown}; valid: {sorted(EncoderConfig.__dataclass_fields__)}")
-    return EncoderConfig(**fields)
+        raise UserError(f"unknown model config key(s) {unknown}; valid: {sorted(TransformerConfig.__dataclass_fields__)}")
+    return TransformerConfig(**fields)
 
 
-def build(model_config: ml_collections.ConfigDict) -> nn.Module:
-    """The `Model` of family `model_config.family` (a module of bertology.models); a module with
-    more than an encoder config to read defines `from_config(encoder_config, model_config)`."""
-    module = _family(model_config.family)
-    cfg = encoder_config(model_config)
-    if hasattr(module, "from_config"):
-        return module.from_config(cfg, model_config)
-    return module.Model(cfg)
+def encoder_config(model_config: ModelConfig) -> Any:
+    """The trunk's config of a `model` block (a TransformerConfig for every Transformer family)."""
+    module = family(dict(model_config)["family"])
+    if hasattr(module, "config"):
+        return module.config(model_config)
+    return transformer_config(model_config, getattr(module, "EXTRA_KEYS", ()))
 
 
-def pretrained_encoder(params: dict, model_config: ml_collections.ConfigDict | dict) -> tuple[EncoderConfig, dict]:
-    """The trunk of a pretraining run, for fine-tuning or features: (its EncoderConfig, its params).
+def build(model_config: ModelConfig) -> nn.Module:
+    """The `Model` of family `model_config['family']`."""
+    module = family(dict(model_config)["family"])
+    if hasattr(module, "build"):
+        return module.build(model_config)
+    return module.Model(encoder_config(model_config))
 
-    Every family keeps a complete encoder under `encoder`; ELECTRA fine-tunes its discriminator's.
-    """
-    cfg = encoder_config(model_config)
-    if "discriminator" in params:
-        return cfg, params["discriminator"]["encoder"]
-    return cfg, params["encoder"]
+
+def pretrained_encoder(params: dict, model_config: ModelConfig) -> tuple[Any, dict]:
+    """The trunk of a pretraining run, for fine-tuning or features: (its config, its params)."""
+    return encoder_config(model_config), family(dict(model_config)["family"]).trunk(params)
+
+
+def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
+    """Training FLOPs per input token of a run config (`model.vocab_size` must be set)."""
+    return family(config.model.family).flops_per_token(config, nominal)

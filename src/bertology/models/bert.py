@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
+import ml_collections
 
-from bertology.models.encoder import Encoder, EncoderConfig
+from bertology.models import encoder_config, flops
 from bertology.models.heads import ClassifierHead, MaskedLMHead
+from bertology.models.transformer import Encoder, TransformerConfig
 
 
 class Model(nn.Module):
     """Outputs `mlm_logits` [batch, max_predictions, vocab] and `nsp_logits` [batch, 2]."""
 
-    cfg: EncoderConfig
+    cfg: TransformerConfig
 
     def setup(self):
         self.encoder = Encoder(self.cfg, name="encoder")
@@ -20,9 +22,17 @@ class Model(nn.Module):
         self.nsp = ClassifierHead(self.cfg, num_classes=2, name="nsp")
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
-        out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
-                           deterministic=deterministic, outputs_at=batch["masked_positions"])
+        out = self.encoder(batch, deterministic=deterministic, outputs_at=batch["masked_positions"])
         return {
             "mlm_logits": self.mlm(out["sequence"], self.encoder.attend),
             "nsp_logits": self.nsp(out["pooled"]),
         }
+
+
+def trunk(params: dict) -> dict:
+    return params["encoder"]
+
+
+def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
+    return flops.masked_lm(encoder_config(config.model), config.data.max_seq_length,
+                           config.data.max_predictions_per_seq, nominal, sentence=True)

@@ -19,14 +19,15 @@ import jax.numpy as jnp
 import ml_collections
 
 from bertology.errors import UserError
-from bertology.models.encoder import Embeddings, Encoder, EncoderConfig, dense
+from bertology.models import encoder_config, flops
+from bertology.models.transformer import Embeddings, Encoder, TransformerConfig, dense
 from bertology.models.heads import MaskedLMHead
 
 Array = jax.Array
 EXTRA_KEYS = ("generator_fraction", "discriminator_head")
 
 
-def generator_config(cfg: EncoderConfig, fraction: float) -> EncoderConfig:
+def generator_config(cfg: TransformerConfig, fraction: float) -> TransformerConfig:
     """The generator's shape: hidden = fraction·H, heads = hidden/64 (at least 1), FF = 4·hidden.
 
     The embedding width stays the discriminator's (E, or H when unfactorized) so the tables are shared.
@@ -42,9 +43,27 @@ def generator_config(cfg: EncoderConfig, fraction: float) -> EncoderConfig:
     )
 
 
-def from_config(cfg: EncoderConfig, model_config: ml_collections.ConfigDict) -> "Model":
+def build(model_config: ml_collections.ConfigDict | dict) -> "Model":
+    cfg, model_config = encoder_config(model_config), dict(model_config)
     return Model(cfg, generator_config(cfg, model_config.get("generator_fraction", 0.25)),
                  model_config.get("discriminator_head", "rtd"))
+
+
+def trunk(params: dict) -> dict:
+    """The discriminator's encoder: what fine-tuning and export take."""
+    return params["discriminator"]["encoder"]
+
+
+def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
+    """The generator (MLM at the masked positions), and the discriminator over every token with
+    its per-token head (dense H->H, then one unit); the MLM-head ablations count as an MLM."""
+    model = build(config.model)
+    length, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
+    generator = flops.masked_lm(model.generator_cfg, length, predictions, nominal)
+    if model.discriminator_head == "mlm":
+        return generator + flops.masked_lm(model.cfg, length, predictions, nominal)
+    h = model.cfg.hidden_size
+    return generator + flops.TRAIN * (flops.stack(model.cfg, length, nominal=nominal) + 2 * h * h + 2 * h)
 
 
 class Discriminator(nn.Module):
@@ -52,7 +71,7 @@ class Discriminator(nn.Module):
     this token replaced?'. `mlm` (the paper's Replace-MLM and All-tokens-MLM ablations): an MLM
     head at `positions` predicting the original tokens."""
 
-    cfg: EncoderConfig
+    cfg: TransformerConfig
     head: str = "rtd"
 
     def setup(self):
@@ -65,8 +84,7 @@ class Discriminator(nn.Module):
 
     def __call__(self, batch: dict[str, Array], deterministic: bool, positions: Array | None = None) -> Array:
         outputs_at = None if self.head == "rtd" else positions  # RTD reads every token
-        out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
-                           deterministic=deterministic, outputs_at=outputs_at)
+        out = self.encoder(batch, deterministic=deterministic, outputs_at=outputs_at)
         if self.head == "rtd":
             h = self.cfg.act(self.dense(out["sequence"]))
             return self.prediction(h)[..., 0].astype(jnp.float32)
@@ -76,7 +94,7 @@ class Discriminator(nn.Module):
 class Generator(nn.Module):
     """A narrow encoder on the discriminator's embeddings, with an MLM head at the masked positions."""
 
-    cfg: EncoderConfig
+    cfg: TransformerConfig
     embeddings: Embeddings
 
     def setup(self):
@@ -84,16 +102,15 @@ class Generator(nn.Module):
         self.mlm = MaskedLMHead(self.cfg, name="mlm")
 
     def __call__(self, batch: dict[str, Array], deterministic: bool) -> Array:
-        out = self.encoder(batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
-                           deterministic=deterministic, outputs_at=batch["masked_positions"])
+        out = self.encoder(batch, deterministic=deterministic, outputs_at=batch["masked_positions"])
         return self.mlm(out["sequence"], self.encoder.attend)
 
 
 class Model(nn.Module):
     """`generate(batch)` -> MLM logits at masked positions; `discriminate(batch)` -> per-token logits."""
 
-    cfg: EncoderConfig
-    generator_cfg: EncoderConfig
+    cfg: TransformerConfig
+    generator_cfg: TransformerConfig
     discriminator_head: str = "rtd"  # rtd | mlm
 
     def setup(self):

@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertology.models.encoder import EncoderConfig, dense, init, layer_norm, zeros
+from bertology.models.transformer import TransformerConfig, dense, init, layer_norm, zeros
 
 Array = jax.Array
 
@@ -49,7 +49,7 @@ class MaskedLMHead(nn.Module):
     The transform maps H to the embedding width E (ALBERT/ELECTRA factorize E < H).
     """
 
-    cfg: EncoderConfig
+    cfg: TransformerConfig
 
     @nn.compact
     def __call__(self, hidden: Array, attend: Callable[[Array], Array]) -> Array:
@@ -63,7 +63,7 @@ class MaskedLMHead(nn.Module):
 class ClassifierHead(nn.Module):
     """A linear classifier over a pooled vector (NSP and SOP use two classes)."""
 
-    cfg: EncoderConfig
+    cfg: TransformerConfig
     num_classes: int = 2
 
     @nn.compact
@@ -80,7 +80,7 @@ class SpanBoundaryHead(nn.Module):
     (the reference uses 200; spans are at most 10 words, so a few dozen suffice for sub-words).
     """
 
-    cfg: EncoderConfig
+    cfg: TransformerConfig
     max_span_positions: int = 200
 
     @staticmethod

@@ -39,13 +39,13 @@ def _lookup(table: dict, name: str):
 
 
 def bert_preset(name: str) -> dict[str, int]:
-    """EncoderConfig fields for a BERT preset; unknown names fail with the list of known ones."""
+    """TransformerConfig fields for a BERT preset; unknown names fail with the list of known ones."""
     layers, hidden, heads = _lookup(BERT_SIZES, name)
     return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden)
 
 
 def factorized_preset(table: dict, name: str) -> dict[str, int | None]:
-    """EncoderConfig fields for an ALBERT or ELECTRA preset (tables above)."""
+    """TransformerConfig fields for an ALBERT or ELECTRA preset (tables above)."""
     layers, hidden, heads, ff, embedding = _lookup(table, name)
     return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=ff,
                 embedding_size=embedding)

@@ -9,22 +9,31 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
+import ml_collections
 
-from bertology.models.encoder import Encoder, EncoderConfig
+from bertology.models import encoder_config, flops
 from bertology.models.heads import MaskedLMHead
+from bertology.models.transformer import Encoder, TransformerConfig
 
 
 class Model(nn.Module):
     """Outputs `mlm_logits` [batch, max_predictions, vocab]."""
 
-    cfg: EncoderConfig
+    cfg: TransformerConfig
 
     def setup(self):
         self.encoder = Encoder(self.cfg, name="encoder")
         self.mlm = MaskedLMHead(self.cfg, name="mlm")
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
-        out = self.encoder(batch["input_ids"], batch["input_mask"], positions=batch.get("positions"),
-                           packing_ids=batch.get("packing_ids"), deterministic=deterministic,
-                           outputs_at=batch["masked_positions"])
+        out = self.encoder(batch, deterministic=deterministic, outputs_at=batch["masked_positions"])
         return {"mlm_logits": self.mlm(out["sequence"], self.encoder.attend)}
+
+
+def trunk(params: dict) -> dict:
+    return params["encoder"]
+
+
+def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
+    return flops.masked_lm(encoder_config(config.model), config.data.max_seq_length,
+                           config.data.max_predictions_per_seq, nominal)

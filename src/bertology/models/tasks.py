@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertology.models.encoder import Encoder, EncoderConfig, dense, ones, zeros
+from bertology.models.transformer import Encoder, TransformerConfig, dense, ones, zeros
 
 Array = jax.Array
 MODES = ("full", "adapters", "features")
@@ -48,7 +48,7 @@ class TaskModel(nn.Module):
     regression: [batch]) or, for QA, {"start_logits", "end_logits"} ([batch, length]).
     """
 
-    cfg: EncoderConfig
+    cfg: TransformerConfig
     kind: str
     num_labels: int
     mode: str = "full"
@@ -62,7 +62,8 @@ class TaskModel(nn.Module):
             ids, mask = ids.reshape(-1, ids.shape[-1]), mask.reshape(-1, mask.shape[-1])
             segments = None if segments is None else segments.reshape(-1, segments.shape[-1])
         frozen = self.mode == "features"
-        out = Encoder(cfg, name="encoder")(ids, mask, segments, deterministic=deterministic or frozen)
+        inputs = {"input_ids": ids, "input_mask": mask, **({} if segments is None else {"segment_ids": segments})}
+        out = Encoder(cfg, name="encoder")(inputs, deterministic=deterministic or frozen)
         if frozen:
             sequence = ScalarMix(name="mix")([jax.lax.stop_gradient(x) for x in out["layers"]])
             pooled = masked_mean(sequence, mask)

@@ -113,7 +113,7 @@ def trainable_mask(params: Any, mode: str) -> Any:
     return jax.tree_util.tree_map_with_path(trains, params)
 
 
-def _encoder(config: ml_collections.ConfigDict) -> tuple[models.EncoderConfig, Any, Any, str]:
+def _encoder(config: ml_collections.ConfigDict) -> tuple[models.TransformerConfig, Any, Any, str]:
     """(encoder config, pretrained encoder params or None, tokenizer, vocab path)."""
     if config.init_checkpoint:
         params, pre = load_params(config.init_checkpoint)

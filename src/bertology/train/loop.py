@@ -161,8 +161,6 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
     mesh = sharding.make_mesh(config.mesh)
     rules = sharding.rules_for(config.mesh)
     init_params = adopt_init_checkpoint(config)
-    if (config.data.get("instances") == "packed") != (config.model.get("attention_mask", "padding") == "packed"):
-        raise UserError("data.instances='packed' and model.attention_mask='packed' go together; set both or neither")
     vocab_path, tokenizer = resolve_vocab(config)
     config.data.vocab = str(vocab_path)
     write_config(config, workdir)

@@ -1,6 +1,6 @@
 """Mesh and logical-axis rules: the only place that decides where arrays live.
 
-Parameters carry logical axis names (see models/encoder.py: vocab, embed, hidden, heads, kv, mlp;
+Parameters carry logical axis names (see models/transformer.py: vocab, embed, hidden, heads, kv, mlp;
 activations: batch, length). A rules table maps each name to a mesh axis or None, and a
 parallelism strategy is nothing but such a table, named in `mesh.strategy`; the model never
 changes between strategies. `mesh.rules`, when set, overrides the strategy's table.

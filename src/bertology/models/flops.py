@@ -1,0 +1,60 @@
+"""The one FLOP counter: training FLOPs per input token, from a model's shapes.
+
+Only matrix multiplies count (2 FLOPs per multiply-add), and a training step is 3x the forward
+pass (forward, and backward's two products per matmul), as in the usual MFU accounting
+(Kaplan et al. 2020; embeddings, softmax, norms and activations left out). Family modules
+compose these pieces in their `flops_per_token(config, nominal)`:
+- what runs (`nominal=False`, for MFU): the last layer's queries, attention and feed-forward
+  block only at the rows the heads read, the MLM head at the gathered predictions, the
+  embedding projection, pooler and sentence classifier;
+- `nominal=True`: the estimate the equal-FLOP sweep budgets with (ELECTRA paper style):
+  6·(12·L·d² + 2·L·s·d) for a stack run at every position plus its heads, nothing else.
+"""
+
+from __future__ import annotations
+
+from bertology.models.transformer import TransformerConfig
+
+TRAIN = 3  # forward + backward (two products per matmul)
+
+
+def stack(cfg: TransformerConfig, length: int, rows: int | None = None, nominal: bool = False) -> float:
+    """Forward FLOPs per input token of a stack of `cfg.num_layers` layers over `length` tokens;
+    `rows`: how many query rows the last layer runs (None: all)."""
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    mlp = 2 * h * i * (2 if cfg.activation == "gated_gelu" else 1) + 2 * i * h
+    keys_values = 2 * 2 * h * h
+    per_query = 2 * 2 * h * h + mlp + 2 * 2 * length * h  # query and output; MLP; scores and context
+    last = 1.0 if rows is None or nominal else rows / length
+    flops = cfg.num_layers * keys_values + (cfg.num_layers - 1 + last) * per_query
+    if cfg.embedding_size and not nominal:
+        flops += 2 * cfg.embedding_size * h
+    return flops
+
+
+def lm_head(cfg: TransformerConfig, transform: bool = True) -> float:
+    """Forward FLOPs per predicted token of a tied output layer (after an H->E transform, MLM)."""
+    e = cfg.embed_dim
+    return (2 * cfg.hidden_size * e if transform else 0) + 2 * e * cfg.vocab_size
+
+
+def sentence_head(cfg: TransformerConfig, classes: int = 2) -> float:
+    """Forward FLOPs per sequence of the pooler and a classifier on the first token (NSP, SOP)."""
+    h = cfg.hidden_size
+    return 2 * h * h + 2 * h * classes
+
+
+def masked_lm(cfg: TransformerConfig, length: int, predictions: int, nominal: bool, rows: int | None = None,
+              sentence: bool = False, boundary: bool = False) -> float:
+    """Training FLOPs per input token of an MLM family: the encoder with its last layer at the
+    predictions (+ [CLS]), the MLM head there, optionally NSP/SOP and SpanBERT's boundary head
+    (two H-wide layers on [left; right; position] then the tied output). Nominal counts the
+    encoder and the MLM head only. `rows`: the last layer's query rows (default predictions + 1)."""
+    flops = stack(cfg, length, rows=predictions + 1 if rows is None else rows, nominal=nominal) + lm_head(cfg) * predictions / length
+    if not nominal:
+        h = cfg.hidden_size
+        if sentence:
+            flops += sentence_head(cfg) / length
+        if boundary:
+            flops += (2 * 3 * h * h + 2 * h * cfg.embed_dim + lm_head(cfg, transform=False)) * predictions / length
+    return TRAIN * flops

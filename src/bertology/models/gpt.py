@@ -1,0 +1,47 @@
+"""GPT (Radford et al. 2018) and GPT-2 (Radford et al. 2019): a causal Transformer decoder whose
+output layer is tied to its token table.
+
+GPT-1 is post-LN with learned positions; GPT-2 moves the norm before each sublayer, adds a final
+norm, and scales the initialisation of the projections into the residual stream by
+1/sqrt(2·layers). Both are settings of the shared core (`norm`, `scale_residual_init`), so this
+module only adds the tied output and the KV-cached decoding entry point.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from bertology.models import encoder_config, flops
+from bertology.models.transformer import Decoder, TransformerConfig
+
+
+class Model(nn.Module):
+    """Next-token logits [batch, length, vocab] at every position (`logits`).
+
+    `decode=True` runs incrementally against the KV cache: the batch then holds only the new
+    tokens (and their `positions`), and the cache (flax collection `cache`) holds the past.
+    """
+
+    cfg: TransformerConfig
+
+    def setup(self):
+        self.decoder = Decoder(self.cfg, name="decoder")
+
+    def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True,
+                 decode: bool = False) -> dict[str, jax.Array]:
+        out = self.decoder(batch, deterministic=deterministic, decode=decode)
+        return {"logits": self.decoder.attend(out["sequence"]).astype(jnp.float32)}
+
+
+def trunk(params: dict) -> dict:
+    return params["decoder"]
+
+
+def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
+    """The decoder and the tied output layer at every position (nominal counts the same)."""
+    cfg = encoder_config(config.model)
+    length = config.data.max_seq_length
+    return flops.TRAIN * (flops.stack(cfg, length, nominal=nominal) + flops.lm_head(cfg, transform=False))
