@@ -22,7 +22,6 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from benchmarks.flops import train_flops_per_token
 from bertology import models, objectives
 from bertology.models.transformer import TransformerConfig
 from bertology.train import optimizer as optimizer_lib
@@ -112,13 +111,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
 
     config = bert_config(args.preset, args.vocab_size, args.dtype, args.remat)
+    config.data.max_seq_length, config.data.max_predictions_per_seq = args.seq_len, args.predictions
     cfg = models.encoder_config(config.model)
     batch = random_batch(cfg, args.batch_size, args.seq_len, args.predictions)
     tokens = args.batch_size * args.seq_len
     row: dict[str, Any] = dict(
         preset=args.preset, batch_size=args.batch_size, seq_len=args.seq_len, dtype=args.dtype, remat=args.remat,
         vocab_size=args.vocab_size, device=jax.devices()[0].device_kind, device_count=1,
-        flops_per_token=train_flops_per_token(cfg, args.seq_len, args.predictions),
+        flops_per_token=models.flops_per_token(config),
     )
     runs = [ours(config, batch)] + ([] if args.no_reference else [theirs(config)])
     seconds = seconds_per_step(runs, batch, args.steps)

@@ -5,21 +5,28 @@ import json
 import jax
 import pytest
 
-from benchmarks import flops, memory, padding, pipeline, train_step
+from benchmarks import memory, padding, pipeline, train_step
 from bertology import models
+from bertology.models import flops
 from bertology.models.transformer import TransformerConfig
 
 
 def test_flops_per_token_of_bert_base_with_the_gathered_head():
-    base = TransformerConfig(vocab_size=30522)
+    config = train_step.bert_config("base", 30522, "float32", "none")
+    config.data.max_seq_length, config.data.max_predictions_per_seq = 128, 20
+    ours = models.flops_per_token(config)
     # The last layer's queries, attention and MLP, per query row; they run at the 20 gathered rows + [CLS].
     last_layer_rows = 2 * 2 * 768 * 768 + 2 * 2 * 768 * 3072 + 2 * 2 * 128 * 768
     skipped = 3 * (107 / 128) * last_layer_rows
     # The figure: ~546 MFLOPs/token for BERT-base, seq 128, 20 gathered predictions (full last layer).
-    assert flops.train_flops_per_token(base, 128, 20) + skipped == pytest.approx(546.3e6, rel=1e-3)
-    full = flops.train_flops_per_token(base, 128, None)
+    assert ours + skipped == pytest.approx(546.3e6, rel=1e-3)
+    # Hugging Face's model runs the last layer and the MLM head at every position.
+    full = flops.masked_lm(models.encoder_config(config.model), 128, 128, nominal=False, rows=128, sentence=True)
     head = 3 * (108 / 128) * (2 * 768 * 768 + 2 * 768 * 30522)
-    assert full - flops.train_flops_per_token(base, 128, 20) == pytest.approx(head + skipped)
+    assert full - ours == pytest.approx(head + skipped)
+    # The nominal count (the equal-FLOP sweep's) is the paper-style formula: full stack + MLM head.
+    nominal = 6 * (12 * 12 * 768**2 + 2 * 12 * 128 * 768) + 6 * (768 * 768 + 768 * 30522) * 20 / 128
+    assert models.flops_per_token(config, nominal=True) == pytest.approx(nominal)
 
 
 def test_train_step_against_hugging_face_writes_json_and_markdown(tmp_path):

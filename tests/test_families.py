@@ -346,3 +346,36 @@ def test_packed_instances_flow_through_the_stream():
             assert ids[r, piece[-1]] == tok.sep_id  # each document ends with its own [SEP]
     originals = batch["masked_ids"][batch["masked_weights"] > 0]
     assert len(originals) and not np.isin(originals, [tok.cls_id, tok.sep_id, tok.pad_id]).any()
+
+
+@pytest.mark.parametrize("family", ["electra", "spanbert", "bert"])
+def test_every_family_trains_on_packed_rows(family):
+    """Packing is data: any family's model reads `packing_ids` from the batch (ELECTRA's two
+    networks included), trains on packed rows, and the ids change what it computes."""
+    from bertology import models, objectives
+    from bertology.data.pipeline import PretrainingStream
+    from bertology.data.tokenizers import load_tokenizer
+    from bertology.data.embedded import DEFAULT_VOCAB
+
+    tok = load_tokenizer(DEFAULT_VOCAB)
+    rng = np.random.default_rng(0)
+    docs = [[rng.integers(10, 2000, rng.integers(3, 15)).astype(np.int32) for _ in range(rng.integers(1, 4))]
+            for _ in range(60)]
+    c = load_config(family, "tiny")
+    c.data.update(instances="packed", max_seq_length=64, masking="dynamic", vocab=None,
+                  **({"mask_unit": "token"} if family == "spanbert" else {}))
+    if family == "spanbert":
+        c.data.mask_unit = "span"
+    c.model.update(vocab_size=tok.vocab_size, dropout_rate=0.0, attention_dropout_rate=0.0)
+    batch = next(PretrainingStream(docs, tok, c.data, batch_size=8, seed=0))
+    assert (batch["packing_ids"].max(1) >= 2).any()
+    if family == "bert":  # packed rows carry no sentence-pair label
+        batch["next_sentence_label"] = np.zeros(8, np.int32)
+    model = models.build(c.model)
+    loss_fn = objectives.get(c.objective)
+    params = model.init(jax.random.key(0), batch)["params"]
+    loss, grads = jax.jit(jax.value_and_grad(lambda p: loss_fn(p, batch, jax.random.key(1), model)[0]))(params)
+    assert np.isfinite(loss) and all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
+    unpacked = {k: v for k, v in batch.items() if k != "packing_ids"}  # the documents now see each other
+    other = loss_fn(params, unpacked, None, model)[0]
+    assert float(loss_fn(params, batch, None, model)[0]) != float(other)

@@ -8,7 +8,7 @@ from bertology.sweep import flops_per_token
 
 def config(family, **model):
     return ml_collections.ConfigDict(dict(
-        model=dict(family=family, num_layers=2, hidden_size=128, **model),
+        model=dict(family=family, num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512, **model),
         data=dict(max_seq_length=64, max_predictions_per_seq=10),
     ))
 
