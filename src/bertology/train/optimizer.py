@@ -2,7 +2,7 @@
 
 BERT's recipe: AdamW (b1 0.9, b2 0.999, eps 1e-6) with weight decay 0.01 applied to every weight
 but LayerNorm parameters and biases, linear warmup then linear decay to zero, global-norm
-clipping at 1.0.
+clipping at 1.0. GPT's recipes decay along a cosine instead (`schedule`, `end_learning_rate_fraction`).
 
 Fine-tuning adds two options. Layer-wise learning-rate decay (ELECTRA, Clark et al. 2020) scales
 each parameter's update by decay^(num_layers + 2 - depth): embeddings are depth 0, layer i is
@@ -41,15 +41,20 @@ def decay_mask(params: Any) -> Any:
 
 
 def schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
-    """Linear warmup to the peak, then linear decay to 0 at total_steps."""
+    """Linear warmup to the peak, then decay to `end_learning_rate_fraction` of it (default 0) at
+    total_steps: linear (`schedule='linear'`, BERT) or half a cosine (`'cosine'`, GPT)."""
     warmup = min(cfg.warmup_steps, total_steps)
-    return optax.join_schedules(
-        [
-            optax.linear_schedule(0.0, cfg.learning_rate, max(warmup, 1)),
-            optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps - warmup, 1)),
-        ],
-        boundaries=[warmup],
-    )
+    end = cfg.learning_rate * cfg.get("end_learning_rate_fraction", 0.0)
+    kind = cfg.get("schedule", "linear")
+    decay_steps = max(total_steps - warmup, 1)
+    if kind == "linear":
+        decay = optax.linear_schedule(cfg.learning_rate, end, decay_steps)
+    elif kind == "cosine":
+        decay = optax.cosine_decay_schedule(cfg.learning_rate, decay_steps, alpha=end / cfg.learning_rate)
+    else:
+        raise UserError(f"optimizer.schedule={kind!r} is unknown; use 'linear' or 'cosine'")
+    return optax.join_schedules([optax.linear_schedule(0.0, cfg.learning_rate, max(warmup, 1)), decay],
+                                boundaries=[warmup])
 
 
 _LAYER = re.compile(r"^(attention|ffn)_(\d+)$")
