@@ -19,7 +19,7 @@ from flax.traverse_util import flatten_dict  # noqa: E402
 
 from bertology import models  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
-from bertology.interop import export_hf, import_hf, names  # noqa: E402
+from bertology.interop import export_hf, families, import_hf, names  # noqa: E402
 from bertology.models.transformer import Encoder  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
 
@@ -131,8 +131,7 @@ def test_import_matches_transformers_and_round_trips(family, tmp_path):
     assert report.family == family and report.fresh == [] and report.unused == []
 
     params, run_config = load_params(tmp_path / "run")
-    model = models.build(ml_collections.ConfigDict(run_config["model"]))
-    rows = names.tensors(family, models.encoder_config(run_config["model"]), getattr(model, "generator_cfg", None))
+    rows = names.tensors(families.RECORDS[family].layout, set(flatten_dict(params)))
     assert {r.ours for r in rows} == set(flatten_dict(params)), "every parameter has a row in the name map"
 
     reference = hf_outputs(hf_models, batch)
@@ -191,6 +190,24 @@ def test_checkpoint_that_does_not_fit_is_refused(edit, message, tmp_path):
 def test_activation_we_do_not_reproduce_is_refused(tmp_path):
     with pytest.raises(UserError, match="hidden_act='relu' is not reproduced"):
         import_hf(_hf_bert_dir(tmp_path, hidden_act="relu"), tmp_path / "run")
+
+
+@pytest.mark.parametrize("model_type", list(families.RECORDS))
+def test_records_agree_with_transformers(model_type):
+    """What a record assumes for a key config.json omits is transformers' own default, every HF key
+    it reads has one, and the classes it exports are that model type's."""
+    record = families.RECORDS[model_type]
+    config = transformers.AutoConfig.for_model(model_type)
+    assert {key: getattr(config, key) for key in record.defaults} == dict(record.defaults)
+    read = {key for _, key in record.keys} | {record.activation[0]} | set(record.required)
+    assert read <= set(record.defaults), read - set(record.defaults)
+    assert all(getattr(transformers, a).config_class.model_type == model_type for a in record.architectures.values())
+
+
+def test_generator_option_is_refused_for_a_single_checkpoint_type(tmp_path):
+    dirs = _save(build_hf("bert"), tmp_path)
+    with pytest.raises(UserError, match="--generator applies to electra only, not bert"):
+        import_hf(dirs["model"], tmp_path / "run", dirs["model"])
 
 
 def _convert(*args):

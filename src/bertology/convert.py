@@ -3,10 +3,15 @@
     python -m bertology.convert --from hf --in HF_DIR --out WORKDIR [--generator HF_GENERATOR_DIR]
     python -m bertology.convert --to hf --in WORKDIR --out HF_DIR [--step N]
 
-Import writes a run directory (config.json, step-0 checkpoint, tokenizer file) that fine-tuning,
-feature extraction and export read like a pretraining run; ELECTRA takes its discriminator as
---in and, optionally, its generator as --generator. Export writes model.safetensors, config.json
-and the tokenizer file (ELECTRA: HF_DIR/discriminator and HF_DIR/generator). Errors are one line.
+Model types: bert, roberta, albert, electra (our families of the same names), gpt2 and
+openai-gpt (our `gpt` family: pre-LN exports as gpt2, post-LN as openai-gpt); the list is
+`bertology.interop.families.RECORDS`.
+
+Import writes a run directory (config.json, step-0 checkpoint, tokenizer files) that fine-tuning,
+feature extraction, generation and export read like a pretraining run; ELECTRA takes its
+discriminator as --in and, optionally, its generator as --generator. Export writes
+model.safetensors, config.json and the tokenizer files (ELECTRA: HF_DIR/discriminator and
+HF_DIR/generator). Errors are one line.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.source:
             report = import_hf(args.inp, args.out, args.generator)
-            print(f"imported {report.family} into {args.out}; tokenizer: {report.vocab or 'none our tokenizers read'}")
+            print(f"imported {report.model_type} (family {report.family}) into {args.out}; "
+                  f"tokenizer: {report.vocab or 'none our tokenizers read'}")
             if report.fresh:
                 print(f"not in the checkpoint, freshly initialised: {', '.join(report.fresh)}")
             if report.unused:

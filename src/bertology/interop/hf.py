@@ -3,10 +3,12 @@
 An import writes what `bertology.pretrain --workdir` writes: `config.json` (with the `model` block
 and `data.vocab`) and an orbax checkpoint at step 0 holding the parameters, so
 `bertology.train.checkpoint.load_params` and everything built on it (fine-tuning, features,
-export) reads it like a pretraining run. The tokenizer file is copied beside it.
+generation, export) reads it like a pretraining run. The tokenizer files are copied beside it.
 
-Tensors are read with numpy only (safetensors; torch just for the legacy `pytorch_model.bin`), and
-export writes safetensors, so neither direction needs transformers.
+Everything that differs between model types is in their records (`interop/families.py`); this
+module only moves tensors and files. Tensors are read with numpy only (safetensors; torch just for
+the legacy `pytorch_model.bin`), and export writes safetensors, so neither direction needs
+transformers.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import json
 import pathlib
 import shutil
+from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -24,13 +27,17 @@ import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
 from bertology import models
-from bertology.data.tokenizers import load_tokenizer
+from bertology.data.tokenizers import Tokenizer, load_tokenizer, tokenizer_files
 from bertology.errors import UserError
-from bertology.interop import hf_config, names
+from bertology.interop import families, hf_config, names
 from bertology.train.checkpoint import Checkpointer, load_params
 
-TOKENIZER_FILES = ("vocab.txt", "spiece.model")  # what our tokenizers read: WordPiece, sentencepiece
-BUFFERS = ("position_ids", "token_type_ids")  # HF buffers some checkpoints carry; not parameters
+# HF buffers some checkpoints carry (GPT-2's causal masks among them); not parameters
+BUFFERS = ("position_ids", "token_type_ids", ".attn.bias", ".attn.masked_bias")
+# The tokenizer files ours reads, in the order an import looks for them. vocab.json + merges.txt
+# are a byte-level BPE only under these HF classes (OpenAI GPT's BPE uses the same file names).
+WORDPIECE, SENTENCEPIECE, BYTE_BPE = ("vocab.txt",), ("spiece.model",), ("vocab.json", "merges.txt")
+BYTE_LEVEL_CLASSES = ("GPT2Tokenizer", "GPT2TokenizerFast", "RobertaTokenizer", "RobertaTokenizerFast")
 Flat = dict[tuple[str, ...], np.ndarray]
 
 
@@ -40,6 +47,7 @@ class ImportReport:
     checkpoint tensors nothing reads (e.g. a fine-tuned classifier)."""
 
     family: str
+    model_type: str
     vocab: pathlib.Path | None
     fresh: list[str]
     unused: list[str]
@@ -79,11 +87,11 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _with_prefix(tensors: dict[str, np.ndarray], family: str) -> dict[str, np.ndarray]:
-    """A bare trunk (`BertModel`, `ElectraModel`) saves names without the family prefix; add it."""
-    if any(k.startswith(f"{family}.") for k in tensors):
+def _with_prefix(tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """A bare trunk (`BertModel`, `GPT2Model`) saves its names without the trunk's prefix; add it."""
+    if any(k.startswith(f"{prefix}.") for k in tensors):
         return tensors
-    return {(f"{family}.{k}" if k.startswith(("embeddings", "encoder", "pooler")) else k): v for k, v in tensors.items()}
+    return {f"{prefix}.{k}": v for k, v in tensors.items()}
 
 
 def _init(model: nn.Module) -> Any:
@@ -93,12 +101,9 @@ def _init(model: nn.Module) -> Any:
     return lambda: nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])
 
 
-def _sources(family: str, hf_dir: pathlib.Path, generator_dir: pathlib.Path | None) -> dict[str, pathlib.Path]:
-    if family != "electra":
-        if generator_dir is not None:
-            raise UserError("--generator applies to ELECTRA only")
-        return {"model": hf_dir}
-    return {"discriminator": hf_dir, **({"generator": generator_dir} if generator_dir else {})}
+def param_shapes(model: nn.Module) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """The flattened parameter paths and shapes `model` builds (nothing is computed)."""
+    return {k: v.shape for k, v in flatten_dict(jax.eval_shape(_init(model))).items()}
 
 
 def _fill(shapes: dict[tuple[str, ...], tuple[int, ...]], rows: list[names.Tensor],
@@ -115,18 +120,19 @@ def _fill(shapes: dict[tuple[str, ...], tuple[int, ...]], rows: list[names.Tenso
                                 "its weights do not fit its config.json")
             continue
         shape = shapes[row.ours]
-        expected, got = names.hf_shape(row.rule, shape), state[row.hf].shape
+        expected, got = row.hf_shape(shape), state[row.hf].shape
         if got != expected:
             raise UserError(f"{dirs[row.source]}: tensor {row.hf} has shape {got} but the config builds {expected} "
                             f"(ours: {'/'.join(row.ours)} {shape})")
-        params[row.ours] = names.to_ours(row.rule, state[row.hf], shape)
+        params[row.ours] = row.to_ours(state[row.hf], shape)
     return params
 
 
-def _check_tied(family: str, tensors: dict[str, dict[str, np.ndarray]], dirs: dict[str, pathlib.Path]) -> None:
+def _check_tied(record: families.HFModel, tensors: dict[str, dict[str, np.ndarray]],
+                dirs: dict[str, pathlib.Path]) -> None:
     """Our output layers are tied to the input tables; an untied checkpoint would change the logits."""
     for source, state in tensors.items():
-        for tied, target in names.TIED[family].items():
+        for tied, target in record.tied.items():
             if tied in state and target in state and not np.array_equal(state[tied], state[target]):
                 raise UserError(f"{dirs[source]}: {tied} differs from {target}; untied output layers are not supported")
 
@@ -136,64 +142,94 @@ def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
     """Write the HF checkpoint in `hf_dir` (ELECTRA: the discriminator, plus optionally its
     generator in `generator_dir`) as a bertology run directory `workdir`."""
     hf_dir, workdir = pathlib.Path(hf_dir), pathlib.Path(workdir)
-    generator_dir = pathlib.Path(generator_dir) if generator_dir else None
     if (workdir / "checkpoints").exists():
         raise UserError(f"{workdir} already holds checkpoints; pass a new --out directory")
-    generator_json = _read_json(generator_dir / "config.json") if generator_dir else None
-    block = hf_config.from_hf(_read_json(hf_dir / "config.json"), str(hf_dir), generator_json)
-    family = block["family"]
-    dirs = _sources(family, hf_dir, generator_dir)
-    tensors = {source: _with_prefix(read_tensors(d), family) for source, d in dirs.items()}
-    _check_tied(family, tensors, dirs)
-    if family in names.POOLERS:  # a checkpoint without a pooler imports as a model without one
-        block["pooler"] = f"{family}.{names.POOLERS[family]}.weight" in tensors["model"]
+    main_json = _read_json(hf_dir / "config.json")
+    record = families.by_type(main_json.get("model_type"), str(hf_dir / "config.json"))
+    extra = {"generator": generator_dir} if generator_dir else {}
+    for source in extra:
+        if source not in record.sources[1:]:
+            raise UserError(f"--{source} applies to {', '.join(families.with_extra_source(source))} only, "
+                            f"not {record.model_type}")
+    dirs = {record.sources[0]: hf_dir, **{s: pathlib.Path(d) for s, d in extra.items()}}
+    configs = {source: main_json if source == record.sources[0] else _read_json(d / "config.json")
+               for source, d in dirs.items()}
+    block = hf_config.from_hf(record, configs, {s: str(d) for s, d in dirs.items()})
+    tensors = {source: _with_prefix(read_tensors(d), record.prefix) for source, d in dirs.items()}
+    _check_tied(record, tensors, dirs)
+    if record.pooler:  # a checkpoint without a pooler imports as a model without one
+        block["pooler"] = record.pooler in tensors[record.sources[0]]
     model = models.build(ml_collections.ConfigDict(block))
-    rows = names.tensors(family, models.encoder_config(block), getattr(model, "generator_cfg", None))
-    init = _init(model)
-    shapes = {k: v.shape for k, v in flatten_dict(jax.eval_shape(init)).items()}
+    shapes = param_shapes(model)
+    rows = names.tensors(record.layout, shapes)
     params = _fill(shapes, rows, tensors, dirs)
     fresh = sorted(set(shapes) - set(params))  # heads the checkpoint lacks keep their initialisation
     if fresh:
-        initial = flatten_dict(jax.jit(init)())
+        initial = flatten_dict(jax.jit(_init(model))())
         params.update({k: np.asarray(initial[k]) for k in fresh})
-    known = {r.hf for r in rows} | set(names.TIED[family])
+    known = {r.hf for r in rows} | set(record.tied)
     unused = sorted(f"{dirs[s]}: {k}" for s, state in tensors.items() for k in state
                     if k not in known and not k.endswith(BUFFERS))
+    files = _tokenizer_files(hf_dir, record)
+    vocab = write_run(workdir, block, unflatten_dict(params), files, {s: str(d.absolute()) for s, d in dirs.items()})
+    return ImportReport(record.family, record.model_type, vocab, ["/".join(k) for k in fresh], unused)
 
-    vocab = _write_run(workdir, block, params, dirs)
-    return ImportReport(family, vocab, ["/".join(k) for k in fresh], unused)
+
+def _tokenizer_files(directory: pathlib.Path, record: families.HFModel) -> list[pathlib.Path]:
+    """The tokenizer files in an HF directory that ours reads with the ids HF gives; [] if none."""
+    config = directory / "tokenizer_config.json"
+    hf_class = (json.loads(config.read_text()).get("tokenizer_class") if config.is_file() else None) or record.tokenizer
+    for kind in (WORDPIECE, SENTENCEPIECE, BYTE_BPE):
+        files = [directory / name for name in kind]
+        if all(f.is_file() for f in files) and (kind != BYTE_BPE or hf_class in BYTE_LEVEL_CLASSES):
+            return files
+    return []
 
 
-def _write_run(workdir: pathlib.Path, block: dict[str, Any], params: Flat,
-               dirs: dict[str, pathlib.Path]) -> pathlib.Path | None:
-    """config.json, the step-0 checkpoint and the tokenizer file (if ours can read it); returns the latter."""
-    main = next(iter(dirs.values()))
-    vocab = next((workdir / n for n in TOKENIZER_FILES if (main / n).is_file()), None)
+def write_run(workdir: str | pathlib.Path, block: dict[str, Any], params: dict, vocab_files: Sequence[pathlib.Path] = (),
+              imported_from: dict[str, str] | None = None) -> pathlib.Path | None:
+    """A run directory as pretraining writes it: config.json (`model` block, `data.vocab`), a
+    step-0 checkpoint of `params`, and copies of the tokenizer's `vocab_files` (vocab first);
+    returns the copy that `data.vocab` names (None without a tokenizer)."""
+    workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    if vocab is not None:
-        shutil.copyfile(main / vocab.name, vocab)
-    config = {"model": block, "data": {"vocab": str(vocab.absolute()) if vocab else None},
-              "imported_from": {s: str(d.absolute()) for s, d in dirs.items()}}
+    for f in vocab_files:
+        shutil.copyfile(f, workdir / f.name)
+    vocab = workdir / vocab_files[0].name if vocab_files else None
+    config = {"model": block, "data": {"vocab": str(vocab.absolute()) if vocab else None}}
+    if imported_from:
+        config["imported_from"] = imported_from
     (workdir / "config.json").write_text(json.dumps(config, indent=2))
     checkpointer = Checkpointer(workdir, keep=1)
-    checkpointer.save(0, {"step": np.zeros((), np.int32), "params": unflatten_dict(params)}, {})
+    checkpointer.save(0, {"step": np.zeros((), np.int32), "params": params}, {})
     checkpointer.wait()
     checkpointer.close()
     return vocab
 
 
-def _export_tokenizer(vocab: str | None, target: pathlib.Path) -> None:
-    """Copy the run's tokenizer file under the name HF looks for; WordPiece also gets its casing."""
-    if not vocab or not pathlib.Path(vocab).is_file():
+def _run_tokenizer(vocab: str | None) -> tuple[list[pathlib.Path], Tokenizer | None]:
+    """The run's tokenizer files and the tokenizer (none when the run has none or they are gone)."""
+    if not vocab or not pathlib.Path(vocab).exists():
+        return [], None
+    return tokenizer_files(vocab), load_tokenizer(vocab)
+
+
+def _export_tokenizer(files: list[pathlib.Path], tokenizer: Tokenizer, target: pathlib.Path) -> None:
+    """Copy the tokenizer files under the names HF looks for, with a tokenizer_config.json naming
+    the HF class that gives our ids (WordPiece with its casing; a byte-level BPE as GPT-2's or
+    RoBERTa's, whatever the model type)."""
+    kind = files[0].suffix
+    if kind == ".model":
+        shutil.copyfile(files[0], target / SENTENCEPIECE[0])
         return
-    path = pathlib.Path(vocab)
-    if path.suffix == ".txt":
-        shutil.copyfile(path, target / "vocab.txt")
-        lower = load_tokenizer(path).basic.do_lower_case
-        (target / "tokenizer_config.json").write_text(
-            json.dumps({"tokenizer_class": "BertTokenizer", "do_lower_case": lower}, indent=2))
+    if kind == ".txt":
+        shutil.copyfile(files[0], target / WORDPIECE[0])
+        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.basic.do_lower_case}
     else:
-        shutil.copyfile(path, target / "spiece.model")
+        for f, name in zip(files, BYTE_BPE):
+            shutil.copyfile(f, target / name)
+        config = {"tokenizer_class": "RobertaTokenizer" if tokenizer.convention == "roberta" else "GPT2Tokenizer"}
+    (target / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
 
 
 def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path, step: int | None = None) -> list[pathlib.Path]:
@@ -202,24 +238,24 @@ def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path, step: in
     workdir, out_dir = pathlib.Path(workdir), pathlib.Path(out_dir)
     params, run_config = load_params(workdir, step)
     block = run_config["model"]
-    family = block["family"]
-    model = models.build(ml_collections.ConfigDict(block))
-    cfg = models.encoder_config(block)
-    generator_cfg = getattr(model, "generator_cfg", None)
-    configs = ({"discriminator": cfg, "generator": generator_cfg} if family == "electra" else {"model": cfg})
-    hf_configs = {source: hf_config.to_hf(block, c, source) for source, c in configs.items()}
-    flat = flatten_dict(params)
-    tensors: dict[str, dict[str, np.ndarray]] = {source: {} for source in configs}
-    for row in names.tensors(family, cfg, generator_cfg):
-        if row.ours not in flat:
-            raise UserError(f"{workdir}: the checkpoint has no tensor {'/'.join(row.ours)}; it does not fit its config.json")
-        tensors[row.source][row.hf] = names.to_hf(row.rule, np.asarray(flat[row.ours], np.float32))
+    record = families.for_run(block)
+    files, tokenizer = _run_tokenizer(run_config.get("data", {}).get("vocab"))
+    hf_configs = {source: hf_config.to_hf(record, block, source, cfg, tokenizer)
+                  for source, cfg in record.configs(block).items()}
+    shapes = param_shapes(models.build(ml_collections.ConfigDict(block)))
+    rows = names.tensors(record.layout, shapes)
+    missing = sorted(set(shapes) - {r.ours for r in rows})
+    if missing:
+        raise UserError(f"{record.model_type} has no tensor for our {'/'.join(missing[0])}; this model cannot be "
+                        "exported without dropping it")
+    state = names.export_state(rows, flatten_dict(params), shapes, str(workdir))
     written = []
-    for source, state in tensors.items():
-        target = out_dir / source if len(tensors) > 1 else out_dir
+    for source in record.sources:
+        target = out_dir / source if len(record.sources) > 1 else out_dir
         target.mkdir(parents=True, exist_ok=True)
-        _safetensors_numpy().save_file(state, str(target / "model.safetensors"), metadata={"format": "pt"})
+        _safetensors_numpy().save_file(state[source], str(target / "model.safetensors"), metadata={"format": "pt"})
         (target / "config.json").write_text(json.dumps(hf_configs[source], indent=2))
-        _export_tokenizer(run_config.get("data", {}).get("vocab"), target)
+        if tokenizer is not None:
+            _export_tokenizer(files, tokenizer, target)
         written.append(target)
     return written

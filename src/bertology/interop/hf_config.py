@@ -1,84 +1,145 @@
-"""Hugging Face `config.json` <-> our `model` config block.
+"""Hugging Face `config.json` <-> our `model` config block, driven by a model type's record.
 
-Only settings our encoder reproduces exactly are accepted: a checkpoint whose math we would
-silently change (another activation, relative positions, ALBERT layer groups) fails with one line
-instead of importing into a model that computes something else.
+Only settings our Transformer reproduces exactly are accepted: a checkpoint whose math we would
+silently change (another activation, relative positions, ALBERT layer groups, GPT-2's per-layer
+attention scaling, an untied output layer) fails with one line instead of importing into a model
+that computes something else. Export refuses a model that no HF model type computes.
+
+Most settings are one HF key for one of ours (`HFModel.keys`), a fixed value on either side
+(`fixed`, `required`) or the activation's name; the few that are not are `Translation`s below,
+and a record lists the ones that apply to it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bertology.errors import UserError
 from bertology.models.electra import generator_config
 from bertology.models.transformer import TransformerConfig
 
-FAMILIES = ("bert", "roberta", "albert", "electra")
-# HF hidden_act -> our model.activation (the erf GELU, or its tanh approximation)
-ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+if TYPE_CHECKING:
+    from bertology.data.tokenizers import Tokenizer
+    from bertology.interop.families import HFModel
 
-SAME_VALUE = (  # (our model.<key>, HF config key): the same number under two names
-    ("vocab_size", "vocab_size"),
-    ("hidden_size", "hidden_size"),
-    ("num_layers", "num_hidden_layers"),
-    ("num_heads", "num_attention_heads"),
-    ("intermediate_size", "intermediate_size"),
-    ("max_position_embeddings", "max_position_embeddings"),
-    ("type_vocab_size", "type_vocab_size"),
-    ("dropout_rate", "hidden_dropout_prob"),
-    ("attention_dropout_rate", "attention_probs_dropout_prob"),
-    ("layer_norm_eps", "layer_norm_eps"),
-    ("initializer_range", "initializer_range"),
-)
-
-ARCHITECTURES = {  # what export writes, per HF checkpoint ("model" or ELECTRA's two)
-    ("bert", "model"): "BertForPreTraining",
-    ("roberta", "model"): "RobertaForMaskedLM",
-    ("albert", "model"): "AlbertForPreTraining",
-    ("electra", "discriminator"): "ElectraForPreTraining",
-    ("electra", "generator"): "ElectraForMaskedLM",
-}
+HFConfig = dict[str, Any]
+Block = dict[str, Any]  # our `model` block
+BySource = dict[str, HFConfig]  # HF configs by source, the main checkpoint's first
 
 
-def _check_reproducible(hf: dict[str, Any], where: str) -> None:
-    act = hf.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
-        raise UserError(f"{where}: hidden_act={act!r} is not reproduced (we have {', '.join(ACTIVATIONS)}); "
-                        "the checkpoint cannot be imported without changing its outputs")
-    position = hf.get("position_embedding_type", "absolute")
-    if position != "absolute":
-        raise UserError(f"{where}: position_embedding_type={position!r} is not supported; only absolute positions")
-    if hf.get("model_type") == "albert" and (hf.get("num_hidden_groups", 1), hf.get("inner_group_num", 1)) != (1, 1):
-        raise UserError(f"{where}: ALBERT with num_hidden_groups/inner_group_num other than 1/1 is not supported")
+def _main(by_source: dict[str, Any]) -> Any:
+    """The main checkpoint's (`--in`) entry of a dict by source."""
+    return next(iter(by_source.values()))
 
 
-def from_hf(hf: dict[str, Any], where: str, generator: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Our `model` block for an HF config (`where` names it in errors); ELECTRA may add its generator's."""
-    family = hf.get("model_type")
-    if family not in FAMILIES:
-        raise UserError(f"{where}: model_type {family!r} is not importable; supported: {', '.join(FAMILIES)}")
-    if family == "electra" and "ElectraForMaskedLM" in hf.get("architectures", ()):
-        raise UserError(f"{where} is an ELECTRA generator; pass the discriminator as --in and this one as --generator")
-    _check_reproducible(hf, where)
-    defaults = TransformerConfig()
-    block: dict[str, Any] = {"family": family}
-    block.update({ours: hf.get(key, getattr(defaults, ours)) for ours, key in SAME_VALUE})
-    block["activation"] = ACTIVATIONS[hf.get("hidden_act", "gelu")]
-    if family == "roberta":  # HF counts positions from padding_idx + 1
-        block["position_offset"] = hf.get("pad_token_id", 1) + 1
-    if family == "albert":
-        block.update(embedding_size=hf.get("embedding_size", 128), share_layers="all")
-    if family == "electra":
-        embedding = hf.get("embedding_size", block["hidden_size"])
-        block.update(embedding_size=embedding if embedding != block["hidden_size"] else None, pooler=False)
-        if generator is not None:
-            block["generator_fraction"] = _generator_fraction(block, generator, f"{where} (generator)")
-    return block
+class Translation(Protocol):
+    """A setting that is not one key to one key. `from_hf` completes our block from the HF configs
+    by source, the main checkpoint's first (`where`: their directories, for errors); `to_hf`
+    completes one source's HF config from our block and that source's `cfg` (and the run's
+    tokenizer, when it has one)."""
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None: ...
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None: ...
 
 
-def _generator_fraction(block: dict[str, Any], gen: dict[str, Any], where: str) -> float:
+@dataclasses.dataclass(frozen=True)
+class PaddingOffset:
+    """RoBERTa counts positions from padding_idx + 1, so its first position id is pad_token_id + 1."""
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        block["position_offset"] = _main(hf)["pad_token_id"] + 1
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        if cfg.position_offset < 1:
+            raise UserError(f"{hf['model_type']} export needs model.position_offset >= 1 (its first position id "
+                            f"is pad_token_id + 1), not {cfg.position_offset}")
+        hf.update(pad_token_id=cfg.position_offset - 1, bos_token_id=0, eos_token_id=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingSize:
+    """ALBERT and ELECTRA factorize the embeddings into E dimensions. ALBERT always projects E to
+    H; ELECTRA only when E != H (`always_projected`), which we express as `embedding_size=None`."""
+
+    always_projected: bool
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        size = _main(hf)["embedding_size"]
+        block["embedding_size"] = size if self.always_projected or size != block["hidden_size"] else None
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        if self.always_projected and cfg.embedding_size is None:
+            raise UserError(f"{hf['model_type']} export needs model.embedding_size set (its embeddings are "
+                            "always projected)")
+        hf["embedding_size"] = cfg.embed_dim
+
+
+@dataclasses.dataclass(frozen=True)
+class FeedForwardWidth:
+    """GPT-2's `n_inner` (None: 4·hidden); OpenAI GPT has no key (`key=None`) and always 4·hidden."""
+
+    key: str | None
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        inner = _main(hf)[self.key] if self.key else None
+        block["intermediate_size"] = inner or 4 * block["hidden_size"]
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        if self.key:
+            hf[self.key] = cfg.intermediate_size
+        elif cfg.intermediate_size != 4 * cfg.hidden_size:
+            raise UserError(f"{hf['model_type']}'s feed-forward width is 4·hidden = {4 * cfg.hidden_size}; "
+                            f"model.intermediate_size={cfg.intermediate_size} has no {hf['model_type']} counterpart")
+
+
+@dataclasses.dataclass(frozen=True)
+class SameDropout:
+    """Our one dropout rate covers the embeddings too; HF's `key` must equal `same_as`."""
+
+    key: str
+    same_as: str
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        got, want = _main(hf)[self.key], _main(hf)[self.same_as]
+        if got != want:
+            raise UserError(f"{_main(where)}: {self.key}={got} differs from {self.same_as}={want}; we have one "
+                            "dropout rate for both (edit config.json to make them equal)")
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        hf[self.key] = cfg.dropout_rate
+
+
+@dataclasses.dataclass(frozen=True)
+class EndOfText:
+    """GPT-2 begins and ends texts with its `<|endoftext|>`: export names the run tokenizer's id, so
+    HF generation stops where ours does (null without a tokenizer: no id to name)."""
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        pass
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        eos = tokenizer.eos_id if tokenizer is not None else None
+        hf.update(bos_token_id=eos, eos_token_id=eos)
+
+
+@dataclasses.dataclass(frozen=True)
+class ElectraGenerator:
+    """ELECTRA's generator is a second checkpoint whose width is a fraction of the discriminator's;
+    only the replaced-token discriminator head has an HF counterpart."""
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        if "generator" in hf:
+            block["generator_fraction"] = _generator_fraction(block, hf["generator"], where["generator"])
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        if block.get("discriminator_head", "rtd") != "rtd":
+            raise UserError("only ELECTRA's replaced-token discriminator head has a Hugging Face counterpart")
+
+
+def _generator_fraction(block: Block, gen: HFConfig, where: str) -> float:
     """The generator_fraction whose generator has exactly the HF generator's shape."""
-    _check_reproducible(gen, where)
     disc = TransformerConfig(**{k: v for k, v in block.items() if k != "family"})
     fraction = gen["hidden_size"] / disc.hidden_size
     ours = generator_config(disc, fraction)
@@ -87,39 +148,67 @@ def _generator_fraction(block: dict[str, Any], gen: dict[str, Any], where: str) 
                 "vocab_size": ours.vocab_size, "embedding_size": ours.embed_dim,
                 "max_position_embeddings": ours.max_position_embeddings}
     for key, value in expected.items():
-        got = gen.get(key, gen["hidden_size"] if key == "embedding_size" else None)
-        if got != value:
-            raise UserError(f"{where}: {key}={got} but a generator of fraction {fraction:g} of the discriminator "
+        if gen[key] != value:
+            raise UserError(f"{where}: {key}={gen[key]} but a generator of fraction {fraction:g} of the discriminator "
                             f"has {value}; our ELECTRA generator cannot take this shape")
     return fraction
 
 
-def to_hf(block: dict[str, Any], cfg: TransformerConfig, source: str) -> dict[str, Any]:
-    """The HF config.json of `source` ("model", or ELECTRA's "discriminator"/"generator") with encoder `cfg`."""
-    family = block["family"]
-    if (family, source) not in ARCHITECTURES:
-        raise UserError(f"model family {family!r} has no Hugging Face counterpart; use bert, roberta, albert or electra")
-    if cfg.adapter_size:
-        raise UserError("a model with adapters (model.adapter_size) has no Hugging Face counterpart")
-    sharing = "all" if family == "albert" else "none"
-    if cfg.share_layers != sharing:
-        raise UserError(f"{family} export needs model.share_layers={sharing!r}, not {cfg.share_layers!r}")
-    if (cfg.position_offset > 0) != (family == "roberta"):
-        raise UserError(f"{family} export cannot express model.position_offset={cfg.position_offset}")
-    if block.get("discriminator_head", "rtd") != "rtd":
-        raise UserError("only ELECTRA's replaced-token discriminator head has a Hugging Face counterpart")
-    hf: dict[str, Any] = {
-        "model_type": family,
-        "architectures": [ARCHITECTURES[family, source]],
-        "hidden_act": "gelu" if cfg.activation == "gelu" else "gelu_new",
-        "position_embedding_type": "absolute",
-        "pad_token_id": cfg.position_offset - 1 if family == "roberta" else 0,
-        **{key: getattr(cfg, ours) for ours, key in SAME_VALUE},
+def _check_reproducible(record: HFModel, hf: HFConfig, where: str) -> None:
+    key, names = record.activation
+    if hf[key] not in names:
+        raise UserError(f"{where}: {key}={hf[key]!r} is not reproduced (we have {', '.join(names)}); "
+                        "the checkpoint cannot be imported without changing its outputs")
+    for key, value in record.required.items():
+        if hf[key] != value:
+            raise UserError(f"{where}: {key}={hf[key]!r} is not reproduced (we compute {key}={value!r}); "
+                            "the checkpoint cannot be imported without changing its outputs")
+
+
+def from_hf(record: HFModel, configs: BySource, where: dict[str, str]) -> Block:
+    """Our `model` block for the HF configs of a model type (by source; the first is the main one)."""
+    hf = {source: {**record.defaults, **config} for source, config in configs.items()}
+    first = record.sources[0]
+    others = {arch: source for source, arch in record.architectures.items() if source != first}
+    for arch in hf[first].get("architectures") or ():
+        if arch in others:
+            raise UserError(f"{where[first]} is a {record.model_type} {others[arch]} ({arch}); pass the {first} as "
+                            f"--in and this one as --{others[arch]}")
+    for source, config in hf.items():
+        _check_reproducible(record, config, where[source])
+    block: Block = {"family": record.family}
+    block.update({ours: hf[first][key] for ours, key in record.keys})
+    key, names = record.activation
+    block["activation"] = names[hf[first][key]]
+    block.update(record.fixed)
+    block.update(record.imported)
+    for translation in record.translations:
+        translation.from_hf(hf, block, where)
+    return block
+
+
+def activation_name(record: HFModel, activation: str) -> str:
+    """The HF name of our activation for this model type (the first in its table)."""
+    key, names = record.activation
+    for name, ours in names.items():
+        if ours == activation:
+            return name
+    raise UserError(f"{record.model_type} has no {key} computing model.activation={activation!r}; "
+                    f"it has {', '.join(sorted(set(names.values())))}")
+
+
+def to_hf(record: HFModel, block: Block, source: str, cfg: TransformerConfig,
+          tokenizer: Tokenizer | None) -> HFConfig:
+    """The HF config.json of `source` ("model", or ELECTRA's "discriminator"/"generator") whose
+    network has config `cfg`."""
+    hf: HFConfig = {
+        "model_type": record.model_type,
+        "architectures": [record.architectures[source]],
+        record.activation[0]: activation_name(record, cfg.activation),
+        **record.required,
+        **record.written,
+        **{key: getattr(cfg, ours) for ours, key in record.keys},
     }
-    if family == "roberta":
-        hf.update(bos_token_id=0, eos_token_id=2)
-    if family in ("albert", "electra"):
-        hf["embedding_size"] = cfg.embed_dim
-    if family == "albert":
-        hf.update(num_hidden_groups=1, inner_group_num=1)
+    for translation in record.translations:
+        translation.to_hf(block, cfg, hf, tokenizer)
     return hf

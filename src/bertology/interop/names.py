@@ -1,12 +1,17 @@
-"""Our parameter paths <-> Hugging Face state-dict names: one readable table per family.
+"""Our parameter paths <-> Hugging Face state-dict names: readable tables of modules.
 
 A table row names a *module* on both sides and its kind. The kind (`KINDS`) says which tensors
-that module holds on each side and how each tensor's layout changes (`RULES`). The same rows
-serve import and export, so the two directions cannot drift apart.
+that module holds on each side and how each tensor's layout changes (the rules below). The same
+rows serve import and export, so the two directions cannot drift apart. A model type's layout
+(`Part`s, in `interop/families.py`) says which tables apply under which prefixes; `tensors`
+expands it against the parameters a model config builds, so a module the config does not build
+(a pooler, a final norm, a segment table, an embedding projection) has no row, and `{i}` runs
+over the layers that exist.
 
-Layouts: a Flax Dense kernel is [in, out] and a torch Linear weight [out, in]; our attention
-kernels keep the heads axis apart ([H, heads, head_dim] into heads, [heads, head_dim, H] out of
-them) where HF keeps one flat [H, H] matrix.
+Layouts: a Flax Dense kernel is [in, out]; a torch Linear weight is [out, in], while the Conv1D
+of GPT and GPT-2 keeps [in, out]. Our attention kernels keep the heads axis apart
+([H, heads, head_dim] into heads, [heads, head_dim, H] out of them) where HF keeps one flat
+matrix.
 
 | rule               | ours                 | Hugging Face       | ours -> HF            |
 |--------------------|----------------------|--------------------|-----------------------|
@@ -14,20 +19,28 @@ them) where HF keeps one flat [H, H] matrix.
 | flat               | [heads, head_dim]    | [H]                | reshape               |
 | linear             | [in, *out]           | [prod(out), in]    | flatten out, transpose|
 | linear_from_heads  | [heads, head_dim, o] | [o, H]             | flatten in, transpose |
+| conv1d             | [in, *out]           | [in, prod(out)]    | flatten out           |
+| conv1d_from_heads  | [heads, head_dim, o] | [H, o]             | flatten in            |
+
+Fused tensors: a row may carry `(j, n)`, meaning the HF tensor concatenates n of our tensors
+along its last axis and this row is the j-th (GPT-2's `c_attn` holds query, key and value:
+[H, 3H] and [3H]). Import splits the HF tensor; export concatenates the n parts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection, Iterable
 
 import numpy as np
 
 from bertology.errors import UserError
-from bertology.models.transformer import TransformerConfig
 
 COPY, FLAT, LINEAR, LINEAR_FROM_HEADS = "copy", "flat", "linear", "linear_from_heads"
-RULES = {COPY: None, FLAT: None, LINEAR: 1, LINEAR_FROM_HEADS: 2}  # rule -> our kernel's input axes
+CONV1D, CONV1D_FROM_HEADS = "conv1d", "conv1d_from_heads"
+# Matrix rules: rule -> (how many leading axes of our kernel are its input, whether HF transposes)
+MATRIX = {LINEAR: (1, True), LINEAR_FROM_HEADS: (2, True), CONV1D: (1, False), CONV1D_FROM_HEADS: (2, False)}
 
 # kind -> ((our leaf, HF leaf, rule), ...); a leaf of None means the row names the tensor itself.
 KINDS = {
@@ -36,10 +49,15 @@ KINDS = {
     "dense": (("kernel", "weight", LINEAR), ("bias", "bias", COPY)),
     "to_heads": (("kernel", "weight", LINEAR), ("bias", "bias", FLAT)),
     "from_heads": (("kernel", "weight", LINEAR_FROM_HEADS), ("bias", "bias", COPY)),
+    "conv1d": (("kernel", "weight", CONV1D), ("bias", "bias", COPY)),
+    "conv1d_to_heads": (("kernel", "weight", CONV1D), ("bias", "bias", FLAT)),
+    "conv1d_from_heads": (("kernel", "weight", CONV1D_FROM_HEADS), ("bias", "bias", COPY)),
     "tensor": ((None, None, COPY),),
 }
 
-# Rows are (our module, HF module, kind), relative to the trunk (`encoder` / `bert.` and so on).
+# Rows are (our module, HF module, kind[, (j, n) for the j-th of n fused parts]), relative to
+# their part's prefixes (the trunk's: `encoder` / `bert.` and so on).
+Row = tuple
 EMBEDDINGS = (
     ("embeddings/token", "embeddings.word_embeddings", "embedding"),
     ("embeddings/position", "embeddings.position_embeddings", "embedding"),
@@ -57,6 +75,7 @@ BERT_LAYER = (  # BERT, RoBERTa and ELECTRA: `{i}` is the layer index
     ("ffn_{i}/output", "encoder.layer.{i}.output.dense", "dense"),
     ("ffn_{i}/norm", "encoder.layer.{i}.output.LayerNorm", "norm"),
 )
+BERT_POOLER = (("pooler", "pooler.dense", "dense"),)  # absent from BertForMaskedLM, RobertaForMaskedLM
 
 _ALBERT = "encoder.albert_layer_groups.0.albert_layers.0"
 ALBERT_LAYER = (  # one shared layer, applied num_layers times
@@ -69,9 +88,29 @@ ALBERT_LAYER = (  # one shared layer, applied num_layers times
     ("ffn_0/output", f"{_ALBERT}.ffn_output", "dense"),
     ("ffn_0/norm", f"{_ALBERT}.full_layer_layer_norm", "norm"),
 )
+ALBERT_PROJECTION = (("embeddings_projection", "encoder.embedding_hidden_mapping_in", "dense"),)
+ALBERT_POOLER = (("pooler", "pooler", "dense"),)
+ELECTRA_PROJECTION = (("embeddings_projection", "embeddings_project", "dense"),)  # only when E != H
 
-# The pooler, when the checkpoint has one (RobertaForMaskedLM and BertForMaskedLM do not).
-POOLERS = {"bert": "pooler.dense", "roberta": "pooler.dense", "albert": "pooler"}
+GPT2_EMBEDDINGS = (
+    ("embeddings/token", "wte", "embedding"),
+    ("embeddings/position", "wpe", "embedding"),
+)
+OPENAI_GPT_EMBEDDINGS = (
+    ("embeddings/token", "tokens_embed", "embedding"),
+    ("embeddings/position", "positions_embed", "embedding"),
+)
+GPT_LAYER = (  # GPT and GPT-2 name a block alike: ln_1 belongs to attention, ln_2 to the MLP
+    ("attention_{i}/norm", "h.{i}.ln_1", "norm"),
+    ("attention_{i}/query", "h.{i}.attn.c_attn", "conv1d_to_heads", (0, 3)),
+    ("attention_{i}/key", "h.{i}.attn.c_attn", "conv1d_to_heads", (1, 3)),
+    ("attention_{i}/value", "h.{i}.attn.c_attn", "conv1d_to_heads", (2, 3)),
+    ("attention_{i}/output", "h.{i}.attn.c_proj", "conv1d_from_heads"),
+    ("ffn_{i}/norm", "h.{i}.ln_2", "norm"),
+    ("ffn_{i}/intermediate", "h.{i}.mlp.c_fc", "conv1d"),
+    ("ffn_{i}/output", "h.{i}.mlp.c_proj", "conv1d"),
+)
+FINAL_NORM = (("final_norm", "ln_f", "norm"),)  # pre-LN only
 
 # Heads, relative to the model root on both sides.
 BERT_HEADS = (
@@ -101,25 +140,26 @@ GENERATOR_HEADS = (
     ("generator/mlm/bias", "generator_lm_head.bias", "tensor"),
 )
 
-# HF output layers tied to another tensor: never written, and on import they must equal it.
-TIED = {
-    "bert": {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-             "cls.predictions.decoder.bias": "cls.predictions.bias"},
-    "roberta": {"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
-                "lm_head.decoder.bias": "lm_head.bias"},
-    "albert": {"predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
-               "predictions.decoder.bias": "predictions.bias"},
-    "electra": {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
-}
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Tables under one pair of prefixes, in one HF checkpoint (`source`: "model", or ELECTRA's
+    "discriminator" / "generator"). `trunk`: its tensors must be in the checkpoint; otherwise
+    (heads) a missing one keeps its fresh initialisation, as HF does for heads it does not find.
+    `export_only`: written on export but read from another part on import (ELECTRA's generator
+    checkpoint repeats the discriminator's embedding tables, which both networks share)."""
+
+    source: str
+    ours: str
+    hf: str
+    tables: tuple[tuple[Row, ...], ...]
+    trunk: bool
+    export_only: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class Tensor:
-    """One tensor's two names. `source` names the HF checkpoint holding it ("model", or ELECTRA's
-    "discriminator" / "generator"). A `trunk` tensor must be in its checkpoint; a head keeps its
-    fresh initialisation when absent, as HF does for heads it does not find.
-    `export_only`: the generator's copy of the shared embedding tables, read from the
-    discriminator on import."""
+    """One tensor's two names, its layout rule, and (for a fused HF tensor) which part it is."""
 
     ours: tuple[str, ...]
     hf: str
@@ -127,70 +167,85 @@ class Tensor:
     source: str
     trunk: bool
     export_only: bool = False
+    fused: tuple[int, int] = (0, 1)
+
+    def hf_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of the whole HF tensor when ours has `shape`."""
+        matrix, transposed = _layout(self.rule, shape)
+        part = matrix[::-1] if transposed else matrix
+        return (*part[:-1], part[-1] * self.fused[1])
+
+    def to_ours(self, w: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """Our tensor of `shape` from the whole HF tensor `w`."""
+        index, count = self.fused
+        w = np.split(w, count, axis=-1)[index]
+        _, transposed = _layout(self.rule, shape)
+        return np.ascontiguousarray((w.T if transposed else w).reshape(shape))
+
+    def to_hf(self, x: np.ndarray) -> np.ndarray:
+        """This row's part of the HF tensor (the whole tensor unless fused)."""
+        matrix, transposed = _layout(self.rule, x.shape)
+        y = x.reshape(matrix)
+        return np.ascontiguousarray(y.T if transposed else y)
 
 
-def _tensors(rows, ours_prefix: str, hf_prefix: str, **flags) -> list[Tensor]:
+def _layout(rule: str, shape: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
+    """(our tensor reshaped as HF keeps it, before any transpose; whether HF transposes it)."""
+    if rule == COPY:
+        return tuple(shape), False
+    if rule == FLAT:
+        return (math.prod(shape),), False
+    in_axes, transposed = MATRIX[rule]
+    return (math.prod(shape[:in_axes]), math.prod(shape[in_axes:])), transposed
+
+
+def _expand(table: tuple[Row, ...], ours_prefix: str, modules: Collection[tuple[str, ...]]) -> list[Row]:
+    """The table's rows for every layer `{i}` our model has (the table itself if it has no `{i}`)."""
+    if not any("{i}" in row[0] for row in table):
+        return list(table)
+    rows, i = [], 0
+    while True:
+        layer = [(row[0].format(i=i), row[1].format(i=i), *row[2:]) for row in table]
+        if not any(_path(ours_prefix, row[0], None) in modules for row in layer):
+            return rows
+        rows.extend(layer)
+        i += 1
+
+
+def _path(prefix: str, module: str, leaf: str | None) -> tuple[str, ...]:
+    return tuple("/".join(p for p in (prefix, module, leaf) if p).split("/"))
+
+
+def tensors(layout: Iterable[Part], shapes: Collection[tuple[str, ...]]) -> list[Tensor]:
+    """Every tensor of `layout` that a model with parameters `shapes` (flattened paths) has."""
+    modules = {path[:k] for path in shapes for k in range(1, len(path))}
     out = []
-    for our_module, hf_module, kind in rows:
-        for our_leaf, hf_leaf, rule in KINDS[kind]:
-            ours = "/".join(p for p in (ours_prefix, our_module, our_leaf) if p)
-            hf = ".".join(p for p in (hf_prefix, hf_module, hf_leaf) if p)
-            out.append(Tensor(tuple(ours.split("/")), hf, rule, **flags))
+    for part in layout:
+        for table in part.tables:
+            for our_module, hf_module, kind, *fused in _expand(table, part.ours, modules):
+                for our_leaf, hf_leaf, rule in KINDS[kind]:
+                    ours = _path(part.ours, our_module, our_leaf)
+                    if ours not in shapes:
+                        continue
+                    hf = ".".join(p for p in (part.hf, hf_module, hf_leaf) if p)
+                    out.append(Tensor(ours, hf, rule, part.source, part.trunk, part.export_only, *fused))
     return out
 
 
-def _layers(cfg: TransformerConfig, table) -> list[tuple[str, str, str]]:
-    count = 1 if cfg.share_layers == "all" else cfg.num_layers
-    return [(o.format(i=i), h.format(i=i), k) for i in range(count) for o, h, k in table]
-
-
-def _pooler(family: str, cfg: TransformerConfig) -> list[tuple[str, str, str]]:
-    return [("pooler", POOLERS[family], "dense")] if cfg.pooler else []
-
-
-def tensors(family: str, cfg: TransformerConfig, generator_cfg: TransformerConfig | None = None) -> list[Tensor]:
-    """Every tensor of a `family` model with encoder `cfg` (and ELECTRA's generator), both names."""
-    if family == "albert":
-        projection = [("embeddings_projection", "encoder.embedding_hidden_mapping_in", "dense")]
-        trunk = [*EMBEDDINGS, *projection, *_layers(cfg, ALBERT_LAYER), *_pooler(family, cfg)]
-        return [*_tensors(trunk, "encoder", "albert", source="model", trunk=True),
-                *_tensors(ALBERT_HEADS, "", "", source="model", trunk=False)]
-    if family in ("bert", "roberta"):
-        heads = BERT_HEADS if family == "bert" else ROBERTA_HEADS
-        trunk = [*EMBEDDINGS, *_layers(cfg, BERT_LAYER), *_pooler(family, cfg)]
-        return [*_tensors(trunk, "encoder", family, source="model", trunk=True),
-                *_tensors(heads, "", "", source="model", trunk=False)]
-    if family == "electra":
-        def projection(c: TransformerConfig) -> list:
-            return [("embeddings_projection", "embeddings_project", "dense")] if c.embedding_size else []
-
-        disc = [*EMBEDDINGS, *projection(cfg), *_layers(cfg, BERT_LAYER)]
-        gen = [*projection(generator_cfg), *_layers(generator_cfg, BERT_LAYER)]
-        return [*_tensors(disc, "discriminator/encoder", "electra", source="discriminator", trunk=True),
-                *_tensors(DISCRIMINATOR_HEADS, "", "", source="discriminator", trunk=False),
-                *_tensors(gen, "generator/encoder", "electra", source="generator", trunk=True),
-                *_tensors(EMBEDDINGS, "discriminator/encoder", "electra", source="generator", trunk=True,
-                          export_only=True),
-                *_tensors(GENERATOR_HEADS, "", "", source="generator", trunk=False)]
-    raise UserError(f"model family {family!r} has no Hugging Face name map; use bert, roberta, albert or electra")
-
-
-def hf_shape(rule: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The HF shape of a tensor that has `shape` in our layout."""
-    in_axes = RULES[rule]
-    if rule == COPY:
-        return tuple(shape)
-    if rule == FLAT:
-        return (math.prod(shape),)
-    return (math.prod(shape[in_axes:]), math.prod(shape[:in_axes]))
-
-
-def to_hf(rule: str, x: np.ndarray) -> np.ndarray:
-    in_axes = RULES[rule]
-    if in_axes is None:
-        return x.reshape(hf_shape(rule, x.shape))
-    return np.ascontiguousarray(x.reshape(math.prod(x.shape[:in_axes]), -1).T)
-
-
-def to_ours(rule: str, w: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    return (w if RULES[rule] is None else w.T).reshape(shape)
+def export_state(rows: Iterable[Tensor], params: dict[tuple[str, ...], np.ndarray],
+                 shapes: dict[tuple[str, ...], tuple[int, ...]], where: str) -> dict[str, dict[str, np.ndarray]]:
+    """HF state dicts by source from our flattened `params`, each checked against the config's
+    `shapes`; fused parts are concatenated."""
+    parts: dict[str, dict[str, list]] = {}
+    for row in rows:
+        if row.ours not in params:
+            raise UserError(f"{where}: the checkpoint has no tensor {'/'.join(row.ours)}; "
+                            "it does not fit its config.json")
+        x = np.asarray(params[row.ours], np.float32)
+        if x.shape != shapes[row.ours]:
+            raise UserError(f"{where}: tensor {'/'.join(row.ours)} has shape {x.shape} but its config.json builds "
+                            f"{shapes[row.ours]}")
+        slots = parts.setdefault(row.source, {}).setdefault(row.hf, [None] * row.fused[1])
+        slots[row.fused[0]] = row.to_hf(x)
+    return {source: {name: np.concatenate(p, axis=-1) if len(p) > 1 else p[0] for name, p in state.items()}
+            for source, state in parts.items()}

@@ -1,0 +1,253 @@
+"""What interop knows about each Hugging Face model type: one record each.
+
+`hf.py` and `hf_config.py` read these records and never ask which family they hold, so a new
+model type is a new record: its architectures per checkpoint, its name tables (`names.py`), the
+config keys it shares with ours, what it fixes, what it refuses, and the translations
+(`hf_config.py`) that apply to it.
+
+Several model types can share our family (`gpt`: GPT-2 is pre-LN, OpenAI GPT post-LN); export
+takes the one whose `fixed` settings the run has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bertology import models
+from bertology.errors import UserError
+from bertology.interop import hf_config, names
+from bertology.interop.hf_config import Translation
+from bertology.models.transformer import TransformerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class HFModel:
+    """One HF model type and how it maps onto one of our families.
+
+    - `architectures`: the HF class export writes, per checkpoint ("source") a run splits into;
+      the first source is the one `--in` names, the others are optional extra directories.
+    - `layout`: the name tables (`names.Part`s).
+    - `prefix`: the trunk's state-dict prefix; a bare trunk (`BertModel`, `GPT2Model`) saves its
+      names without it.
+    - `keys`: (our model key, HF key) pairs holding the same number.
+    - `activation`: the HF key naming it and HF name -> our `model.activation`; export writes the
+      first name for ours.
+    - `fixed`: `model` entries this type implies: an import writes them, an export requires them
+      (anything else computes differently). `imported`: entries an import writes that do not
+      change what the model computes (initialisation, an unused pooler).
+    - `required`: HF config values we reproduce only as given: import refuses any other value,
+      export writes them. `written`: other HF entries export writes as they are.
+    - `defaults`: transformers' value for every HF key read here, for a config.json that omits it.
+    - `translations`: the settings that are not one key to one key.
+    - `tied`: HF output layers tied to another tensor: never written; on import they must equal it.
+    - `pooler`: the HF name of the pooler's weight, whose presence decides `model.pooler`.
+    - `tokenizer`: the HF tokenizer class of a checkpoint without a tokenizer_config.json naming one.
+    - `source_configs`: how to get the config of a source other than the trunk's (ELECTRA's generator).
+    """
+
+    model_type: str
+    family: str
+    architectures: Mapping[str, str]
+    layout: tuple[names.Part, ...]
+    prefix: str
+    keys: tuple[tuple[str, str], ...]
+    activation: tuple[str, Mapping[str, str]]
+    fixed: Mapping[str, Any]
+    defaults: Mapping[str, Any]
+    tokenizer: str
+    imported: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    required: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    written: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    translations: tuple[Translation, ...] = ()
+    tied: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    pooler: str | None = None
+    source_configs: Mapping[str, Callable[[dict[str, Any]], TransformerConfig]] = dataclasses.field(
+        default_factory=dict)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(self.architectures)
+
+    def configs(self, block: dict[str, Any]) -> dict[str, TransformerConfig]:
+        """The network config of each source of a run with model block `block`."""
+        return {source: self.source_configs.get(source, models.encoder_config)(block) for source in self.sources}
+
+    def mismatch(self, cfg: TransformerConfig) -> str | None:
+        """The first `fixed` setting `cfg` does not have, as `key=want (not got)`; None if it has all."""
+        for key, want in self.fixed.items():
+            if getattr(cfg, key) != want:
+                return f"model.{key}={want!r} (not {getattr(cfg, key)!r})"
+        return None
+
+
+# HF hidden_act -> our model.activation (the erf GELU, or its tanh approximation)
+GELUS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+
+ENCODER_KEYS = (  # (our model.<key>, HF config key) for the BERT-style configs
+    ("vocab_size", "vocab_size"),
+    ("hidden_size", "hidden_size"),
+    ("num_layers", "num_hidden_layers"),
+    ("num_heads", "num_attention_heads"),
+    ("intermediate_size", "intermediate_size"),
+    ("max_position_embeddings", "max_position_embeddings"),
+    ("type_vocab_size", "type_vocab_size"),
+    ("dropout_rate", "hidden_dropout_prob"),
+    ("attention_dropout_rate", "attention_probs_dropout_prob"),
+    ("layer_norm_eps", "layer_norm_eps"),
+    ("initializer_range", "initializer_range"),
+)
+GPT_KEYS = (  # GPT and GPT-2 (the feed-forward width and the embedding dropout are translations)
+    ("vocab_size", "vocab_size"),
+    ("hidden_size", "n_embd"),
+    ("num_layers", "n_layer"),
+    ("num_heads", "n_head"),
+    ("max_position_embeddings", "n_positions"),
+    ("dropout_rate", "resid_pdrop"),
+    ("attention_dropout_rate", "attn_pdrop"),
+    ("layer_norm_eps", "layer_norm_epsilon"),
+    ("initializer_range", "initializer_range"),
+)
+
+# What every HF model here computes, and what our core could compute differently.
+CORE = dict(norm_kind="layernorm", use_bias=True, positions="absolute", adapter_size=None, scan_layers=False,
+            share_layers="none", embedding_size=None, position_offset=0)
+ENCODER = {**CORE, "norm": "post", "embedding_norm": True}
+GPT = {**CORE, "type_vocab_size": 0, "embedding_norm": False}
+
+BERT_DEFAULTS = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                     intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2,
+                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, layer_norm_eps=1e-12,
+                     initializer_range=0.02, hidden_act="gelu", position_embedding_type="absolute")
+GPT_DEFAULTS = dict(n_positions=512, n_embd=768, n_layer=12, n_head=12, resid_pdrop=0.1, embd_pdrop=0.1,
+                    attn_pdrop=0.1, layer_norm_epsilon=1e-5, initializer_range=0.02, tie_word_embeddings=True)
+GPT2_REQUIRED = dict(scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False,
+                     add_cross_attention=False, tie_word_embeddings=True)
+ABSOLUTE = {"position_embedding_type": "absolute"}
+
+
+def _encoder(model_type: str, architecture: str, heads: tuple[names.Row, ...]) -> tuple:
+    """(architectures, layout) of a BERT-style single checkpoint: the trunk under `<model_type>.`,
+    then the heads."""
+    tables = (names.EMBEDDINGS, names.BERT_LAYER, names.BERT_POOLER)
+    return ({"model": architecture},
+            (names.Part("model", "encoder", model_type, tables, trunk=True),
+             names.Part("model", "", "", (heads,), trunk=False)))
+
+
+def _generator(block: dict[str, Any]) -> TransformerConfig:
+    return models.build(block).generator_cfg
+
+
+BERT = HFModel(
+    "bert", "bert", *_encoder("bert", "BertForPreTraining", names.BERT_HEADS), prefix="bert",
+    keys=ENCODER_KEYS, activation=("hidden_act", GELUS), fixed=ENCODER, defaults=BERT_DEFAULTS,
+    tokenizer="BertTokenizer", required=ABSOLUTE, written={"pad_token_id": 0},
+    tied={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+          "cls.predictions.decoder.bias": "cls.predictions.bias"},
+    pooler="bert.pooler.dense.weight",
+)
+ROBERTA = HFModel(
+    "roberta", "roberta", *_encoder("roberta", "RobertaForMaskedLM", names.ROBERTA_HEADS), prefix="roberta",
+    keys=ENCODER_KEYS, activation=("hidden_act", GELUS),
+    fixed={k: v for k, v in ENCODER.items() if k != "position_offset"},  # PaddingOffset sets it
+    defaults={**BERT_DEFAULTS, "vocab_size": 50265, "pad_token_id": 1}, tokenizer="RobertaTokenizer",
+    required=ABSOLUTE, translations=(hf_config.PaddingOffset(),),
+    tied={"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+          "lm_head.decoder.bias": "lm_head.bias"},
+    pooler="roberta.pooler.dense.weight",
+)
+ALBERT = HFModel(
+    "albert", "albert", {"model": "AlbertForPreTraining"}, prefix="albert",
+    layout=(names.Part("model", "encoder", "albert", (names.EMBEDDINGS, names.ALBERT_PROJECTION, names.ALBERT_LAYER,
+                                                      names.ALBERT_POOLER), trunk=True),
+            names.Part("model", "", "", (names.ALBERT_HEADS,), trunk=False)),
+    keys=ENCODER_KEYS, activation=("hidden_act", GELUS),
+    fixed={**{k: v for k, v in ENCODER.items() if k != "embedding_size"}, "share_layers": "all"},
+    defaults={**BERT_DEFAULTS, "vocab_size": 30000, "embedding_size": 128, "hidden_size": 4096,
+              "num_attention_heads": 64, "intermediate_size": 16384, "hidden_act": "gelu_new",
+              "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0, "num_hidden_groups": 1,
+              "inner_group_num": 1},
+    tokenizer="AlbertTokenizer", required={**ABSOLUTE, "num_hidden_groups": 1, "inner_group_num": 1},
+    written={"pad_token_id": 0}, translations=(hf_config.EmbeddingSize(always_projected=True),),
+    tied={"predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
+          "predictions.decoder.bias": "predictions.bias"},
+    pooler="albert.pooler.weight",
+)
+ELECTRA = HFModel(
+    "electra", "electra", {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM"},
+    prefix="electra",
+    layout=(names.Part("discriminator", "discriminator/encoder", "electra",
+                       (names.EMBEDDINGS, names.ELECTRA_PROJECTION, names.BERT_LAYER), trunk=True),
+            names.Part("discriminator", "", "", (names.DISCRIMINATOR_HEADS,), trunk=False),
+            names.Part("generator", "generator/encoder", "electra", (names.ELECTRA_PROJECTION, names.BERT_LAYER),
+                       trunk=True),
+            names.Part("generator", "discriminator/encoder", "electra", (names.EMBEDDINGS,), trunk=True,
+                       export_only=True),
+            names.Part("generator", "", "", (names.GENERATOR_HEADS,), trunk=False)),
+    keys=ENCODER_KEYS, activation=("hidden_act", GELUS),
+    fixed={**{k: v for k, v in ENCODER.items() if k != "embedding_size"}, "pooler": False},
+    defaults={**BERT_DEFAULTS, "embedding_size": 128, "hidden_size": 256, "num_attention_heads": 4,
+              "intermediate_size": 1024},
+    tokenizer="ElectraTokenizer", required=ABSOLUTE, written={"pad_token_id": 0},
+    translations=(hf_config.EmbeddingSize(always_projected=False), hf_config.ElectraGenerator()),
+    tied={"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
+    source_configs={"generator": _generator},
+)
+GPT2 = HFModel(
+    "gpt2", "gpt", {"model": "GPT2LMHeadModel"}, prefix="transformer",
+    layout=(names.Part("model", "decoder", "transformer", (names.GPT2_EMBEDDINGS, names.GPT_LAYER, names.FINAL_NORM),
+                       trunk=True),),
+    keys=GPT_KEYS, activation=("activation_function", GELUS), fixed={"norm": "pre", **GPT},
+    imported={"scale_residual_init": True, "pooler": False},
+    defaults={**GPT_DEFAULTS, **GPT2_REQUIRED, "vocab_size": 50257, "n_positions": 1024, "n_inner": None,
+              "activation_function": "gelu_new"},
+    tokenizer="GPT2Tokenizer", required=GPT2_REQUIRED,
+    translations=(hf_config.FeedForwardWidth("n_inner"), hf_config.SameDropout("embd_pdrop", "resid_pdrop"),
+                  hf_config.EndOfText()),
+    tied={"lm_head.weight": "transformer.wte.weight"},
+)
+OPENAI_GPT = HFModel(
+    "openai-gpt", "gpt", {"model": "OpenAIGPTLMHeadModel"}, prefix="transformer",
+    layout=(names.Part("model", "decoder", "transformer", (names.OPENAI_GPT_EMBEDDINGS, names.GPT_LAYER),
+                       trunk=True),),
+    keys=GPT_KEYS, activation=("afn", {"gelu": "gelu_tanh"}),  # its "gelu" is the tanh approximation
+    fixed={"norm": "post", **GPT}, imported={"scale_residual_init": False, "pooler": False},
+    defaults={**GPT_DEFAULTS, "vocab_size": 40478, "afn": "gelu"},
+    tokenizer="OpenAIGPTTokenizer", required={"tie_word_embeddings": True},
+    translations=(hf_config.FeedForwardWidth(None), hf_config.SameDropout("embd_pdrop", "resid_pdrop"),
+                  hf_config.EndOfText()),
+    tied={"lm_head.weight": "transformer.tokens_embed.weight"},
+)
+
+RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, GPT2, OPENAI_GPT)}
+
+
+def by_type(model_type: Any, where: str) -> HFModel:
+    """The record of an HF config's model_type (`where` names the config in errors)."""
+    if model_type not in RECORDS:
+        raise UserError(f"{where}: model_type {model_type!r} is not importable; supported: {', '.join(RECORDS)}")
+    return RECORDS[model_type]
+
+
+def for_run(block: dict[str, Any]) -> HFModel:
+    """The record an export of a run with model block `block` writes: the model type of its
+    family whose fixed settings it has."""
+    family = block["family"]
+    candidates = [r for r in RECORDS.values() if r.family == family]
+    if not candidates:
+        families = sorted({r.family for r in RECORDS.values()})
+        raise UserError(f"model family {family!r} has no Hugging Face counterpart; use one of {', '.join(families)}")
+    cfg = models.encoder_config(block)
+    mismatches = {r.model_type: r.mismatch(cfg) for r in candidates}
+    for record in candidates:
+        if mismatches[record.model_type] is None:
+            return record
+    needs = "; ".join(f"{t} needs {m}" for t, m in mismatches.items())
+    raise UserError(f"no Hugging Face model type computes this {family} model: {needs}")
+
+
+def with_extra_source(source: str) -> list[str]:
+    """The model types whose runs have a checkpoint `source` besides the main one."""
+    return [r.model_type for r in RECORDS.values() if source in r.sources[1:]]
