@@ -34,12 +34,12 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
 from benchmarks.train_step import REPO, bert_config, random_batch
 from bertology import models, objectives
+from bertology.models.transformer import stack_layers
 from bertology.train import optimizer as optimizer_lib
 from bertology.train.loop import fresh_state, make_train_step, param_init, state_init
 
@@ -51,17 +51,6 @@ def train_step(config: Any, model: nn.Module) -> tuple[Callable, optax.GradientT
     benchmark builds the train step, as benchmarks/train_step.py does."""
     tx, lr = optimizer_lib.make(config.optimizer, config.total_steps)
     return make_train_step(model, objectives.get(config.objective), tx, lr, config.grad_accum_steps), tx
-
-
-def stack_layers(params: dict, num_layers: int) -> dict:
-    """BERT parameters of an unscanned encoder in the scanned layout: `attention_{i}` and `ffn_{i}`
-    become `layers/attention` and `layers/ffn` with a leading axis of length `num_layers`."""
-    encoder = {k: v for k, v in params["encoder"].items() if not k.startswith(("attention_", "ffn_"))}
-    encoder["layers"] = {
-        block: jax.tree.map(lambda *xs: jnp.stack(xs), *(params["encoder"][f"{block}_{i}"] for i in range(num_layers)))
-        for block in ("attention", "ffn")
-    }
-    return {**params, "encoder": encoder}
 
 
 class Clock:
@@ -113,7 +102,7 @@ def measure(preset: str, remat: str, scan: bool, batch_size: int, seq_len: int, 
     if steps:
         unscanned = models.build({**config.model.to_dict(), "scan_layers": False})
         params = jax.jit(lambda k: nn.meta.unbox(param_init(unscanned, example)(k)))(key)
-        state = fresh_state(stack_layers(params, cfg.num_layers) if scan else params, tx)
+        state = fresh_state({**params, "encoder": stack_layers(params["encoder"], cfg.num_layers)} if scan else params, tx)
         batch = jax.device_put(batch)
         laps, losses = [], []
         clock = Clock()
