@@ -41,7 +41,7 @@ from benchmarks.train_step import REPO, bert_config, random_batch
 from bertology import models, objectives
 from bertology.models.transformer import stack_layers
 from bertology.train import optimizer as optimizer_lib
-from bertology.train.loop import fresh_state, make_train_step, param_init, state_init
+from bertology.train.step import fresh_state, make_train_step, param_init, state_init
 
 MiB = 2**20
 
