@@ -25,7 +25,7 @@ from benchmarks.train_step import bert_config, random_batch  # noqa: E402
 from bertology import models, objectives  # noqa: E402
 from bertology.train import optimizer as optimizer_lib  # noqa: E402
 from bertology.train import sharding  # noqa: E402
-from bertology.train.loop import make_train_step, state_init  # noqa: E402
+from bertology.train.step import make_train_step, state_init  # noqa: E402
 from bertology.train.sharding import mesh_config  # noqa: E402
 
 MESHES = {"dp": (8, 1), "fsdp": (8, 1), "tp": (2, 4), "fsdp_tp": (2, 4)}

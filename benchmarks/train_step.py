@@ -27,7 +27,7 @@ import numpy as np
 from bertology import models, objectives
 from bertology.models.transformer import TransformerConfig
 from bertology.train import optimizer as optimizer_lib
-from bertology.train.loop import fresh_state, make_train_step, param_init
+from bertology.train.step import fresh_state, make_train_step, param_init
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

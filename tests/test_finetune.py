@@ -1,9 +1,13 @@
 """Fine-tuning: every head learns on fixture data, the modes train what they should, LLRD is ELECTRA's."""
 
 import json
+import os
 import pathlib
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +20,7 @@ from bertology.errors import UserError
 from bertology.evaluation import outputs
 from bertology.train import optimizer as optimizer_lib
 from bertology.train.checkpoint import load_params
-from bertology.train.finetune import default_config, finetune, merge_pretrained, trainable_mask
+from bertology.train.finetune import ShuffledRows, default_config, finetune, merge_pretrained, trainable_mask
 from bertology.train.loop import train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -74,6 +78,56 @@ def test_each_head_learns_fixture_data(tmp_path, task, data_dir, drop):
         assert set(preds) == {"q1", "q2", "q3", "q4", "q5"}
         context = " ".join(e["context"] for e in tasks.get(task).load(str(FIXTURES / "squad"), None)["validation"])
         assert all(p in context for p in preds.values())  # answers are substrings of the contexts
+
+
+def test_interrupted_run_resumes_to_the_same_results(tmp_path):
+    """SIGTERM mid-run checkpoints and stops; rerunning in the same workdir ends exactly where an
+    uninterrupted run does (dropout on, so the resumed run must replay the dropout keys too)."""
+    c = tiny("sst2", "glue/SST-2", total_steps=30, eval_every=10)
+    c.model.dropout_rate = c.model.attention_dropout_rate = 0.1
+    straight = finetune(c, tmp_path / "straight")
+
+    work = tmp_path / "interrupted"
+    metrics = work / "metrics.jsonl"
+
+    def preempt_after_five_steps():
+        deadline = time.time() + 300
+        while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
+            time.sleep(0.002)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # a signal arriving after the run must not end pytest
+    try:
+        threading.Thread(target=preempt_after_five_steps, daemon=True).start()
+        stopped = finetune(c, work)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stopped["preempted"] and 5 <= stopped["steps"] < 30, stopped
+    assert not (work / "results.json").exists()
+
+    resumed = finetune(c, work)
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == list(range(1, 31))  # the rerun went on from the checkpoint
+    saved = {name: json.loads((d / "results.json").read_text()) for name, d in (("a", tmp_path / "straight"), ("b", work))}
+    for r in saved.values():
+        del r["seconds"]
+    assert saved["a"] == saved["b"] and len(saved["b"]["train_loss"]) == 30 and [e["step"] for e in saved["b"]["evals"]] == [10, 20, 30]
+    for a, b in zip(jax.tree.leaves(straight["params"]), jax.tree.leaves(resumed["params"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert (tmp_path / "straight" / "submission" / "SST-2.tsv").read_text() == (work / "submission" / "SST-2.tsv").read_text()
+
+
+@pytest.mark.parametrize("n, batch_size", [(5, 8), (13, 4)])
+def test_shuffled_rows_cover_each_pass_and_resume_anywhere(n, batch_size):
+    rows = ShuffledRows({"i": np.arange(n)}, batch_size, seed=0)
+    seq = np.concatenate([next(rows)["i"] for _ in range(12)])
+    for p in range(len(seq) // n):  # every pass over the set is a permutation of it, and they differ
+        assert sorted(seq[p * n:(p + 1) * n]) == list(range(n))
+    assert len({tuple(seq[p * n:(p + 1) * n]) for p in range(len(seq) // n)}) > 1
+    for cut in (1, 5, 9):
+        resumed = ShuffledRows({"i": np.arange(n)}, batch_size, seed=0)
+        resumed.set_state({"position": cut * batch_size})
+        np.testing.assert_array_equal(np.concatenate([next(resumed)["i"] for _ in range(12 - cut)]), seq[cut * batch_size:])
 
 
 def test_layerwise_lr_decay_is_electras():

@@ -1,6 +1,5 @@
 """The encoder and BERT heads against an independent float64 numpy forward pass."""
 
-import dataclasses
 
 import flax.linen as nn
 import jax

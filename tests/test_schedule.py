@@ -14,7 +14,7 @@ def _cfg(**kw):
 
 
 def test_cosine_decays_to_the_end_fraction_after_linear_warmup():
-    f, total = schedule(_cfg(schedule="cosine", end_learning_rate_fraction=0.1), 220), 220
+    f = schedule(_cfg(schedule="cosine", end_learning_rate_fraction=0.1), 220)
     for step in (0, 7, 20, 57, 120, 199, 220):
         if step < 20:
             want = 6e-4 * step / 20

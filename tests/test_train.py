@@ -125,12 +125,14 @@ def test_one_device_and_eight_devices_agree(tmp_path):
 
 
 def test_gradient_accumulation_matches_one_big_batch(tmp_path):
-    """k microbatches of B/k rows give the same update as one batch of B (dropout off)."""
+    """k microbatches of B/k rows give the same update as one batch of B (dropout off): each
+    microbatch's terms are divided by the whole batch's weight, so the masked tokens falling
+    unevenly on the microbatches changes nothing (tests/test_accumulation.py: every objective)."""
     kw = {"model.dropout_rate": 0.0, "model.attention_dropout_rate": 0.0, "total_steps": 3}
     a = train(tiny_config(grad_accum_steps=1, **kw), tmp_path / "a")
     b = train(tiny_config(grad_accum_steps=4, **kw), tmp_path / "b")
-    # The MLM loss is normalised per microbatch, so losses agree closely but not bit-exactly.
-    np.testing.assert_allclose(losses(a), losses(b), rtol=2e-2)
+    for key in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "grad_norm"):
+        np.testing.assert_allclose(losses(b, key), losses(a, key), rtol=1e-6, atol=1e-7, err_msg=key)
 
 
 def test_init_checkpoint_starts_from_another_runs_parameters(tmp_path):

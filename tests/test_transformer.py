@@ -24,6 +24,7 @@ from bertology.models.transformer import (
     TransformerConfig,
     relative_bucket,
     shift_right,
+    stack_layers,
 )
 
 V, L = 53, 10
@@ -297,14 +298,6 @@ def test_encoder_decoder_cross_attention_and_cache():
 # ---------------------------------------------------------------- scanned layers
 
 
-def _stacked(params, n):
-    """Unscanned parameters in the scanned layout: attention_i/ffn_i -> layers/{attention,ffn}[i]."""
-    out = {k: v for k, v in params.items() if not k.startswith(("attention_", "ffn_"))}
-    out["layers"] = {m: jax.tree.map(lambda *xs: jnp.stack(xs), *[params[f"{m}_{i}"] for i in range(n)])
-                     for m in ("attention", "ffn")}
-    return out
-
-
 @pytest.mark.parametrize("causal", [False, True], ids=["encoder", "decoder"])
 @pytest.mark.parametrize("remat", ["none", "full"])
 def test_scanned_stack_equals_unscanned(causal, remat):
@@ -313,7 +306,7 @@ def test_scanned_stack_equals_unscanned(causal, remat):
     make = Decoder if causal else Encoder
     batch = batch_of(np.random.default_rng(4))
     params = unbox(make(cfg).init(jax.random.key(0), batch)["params"])
-    scanned = _stacked(params, 3)
+    scanned = stack_layers(params, 3)
     boxed = make(scanned_cfg).init(jax.random.key(0), batch)["params"]
     assert jax.tree.map(np.shape, unbox(boxed)) == jax.tree.map(np.shape, scanned)
     assert boxed["layers"]["attention"]["query"]["kernel"].names[0] == "layers"
@@ -326,7 +319,7 @@ def test_scanned_stack_equals_unscanned(causal, remat):
     b, gb = jax.value_and_grad(lambda p: loss(make(scanned_cfg), p))(scanned)
     np.testing.assert_allclose(a, b, rtol=1e-6)
     scale = max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ga))  # key biases' gradients are rounding noise
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6 * scale), _stacked(ga, 3), gb)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6 * scale), stack_layers(ga, 3), gb)
     if not causal:  # the gathered last layer equals the scanned full layer + gather
         rows = jnp.asarray([[1, 2], [0, 5], [3, 3]])
         x = make(cfg).apply({"params": params}, batch, outputs_at=rows)["sequence"]

@@ -612,6 +612,17 @@ class Stack(nn.Module):
         return self.embeddings.attend(x)
 
 
+def stack_layers(stack_params: dict, num_layers: int) -> dict:
+    """A stack's unscanned parameters in the scanned layout: `attention_{i}`, `cross_attention_{i}`
+    and `ffn_{i}` become `layers/attention` (...) with a leading axis of length `num_layers`, so a
+    checkpoint of either layout can start the other."""
+    blocks = [b for b in ("attention", "cross_attention", "ffn") if f"{b}_0" in stack_params]
+    out = {k: v for k, v in stack_params.items() if not any(k.startswith(f"{b}_") for b in blocks)}
+    out["layers"] = {b: jax.tree.map(lambda *xs: jnp.stack(xs), *(stack_params[f"{b}_{i}"] for i in range(num_layers)))
+                     for b in blocks}
+    return out
+
+
 def with_first(outputs_at: Array) -> Array:
     """`outputs_at` with position 0 in front: the encoder's last layer also runs at the first
     token, which `pooled` reads."""

@@ -1,28 +1,144 @@
 """Objectives picked by name: `config.objective` names a module here that defines `loss`.
 
-Every `loss(params, batch, rng, model) -> (scalar, metrics)` is stateless; `rng=None` is evaluation.
 `config.objective` is a module name, or a dict {name, **options} whose options are keyword
 arguments of that `loss` (e.g. ELECTRA's `disc_weight`), so an ablation stays a config change.
+
+The contract. An objective never divides: it returns every number it reports as a weighted
+mean kept as its two sums (`Mean`: Σ w·x and Σ w over the rows it was given), and says which
+of them make the loss, with what coefficient. Whoever holds the whole batch divides, once: the
+train step adds the sums of its k microbatches and divides each loss term by the *full batch's*
+weight, so k microbatches give the full batch's loss, gradient and metrics, not an average of
+k per-microbatch means; evaluation adds the sums over its batches the same way. A causal LM
+(loss over `targets` with `target_weights`) is written as:
+
+    def loss(params, batch, rng, model) -> Terms:        # rng drives dropout; None: evaluation
+        logits = apply(model, params, batch, rng)        # [batch, length, vocab]
+        nll = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, batch["targets"][..., None], -1)[..., 0]
+        w = batch["target_weights"]
+        return Terms(loss={"lm_loss": 1.0}, means={"lm_loss": Mean.of(nll, w, eps=1e-5)})
+
+    DERIVED = {"perplexity": lambda m: jnp.exp(m["lm_loss"])}
+
+(`bert.mlm_means(logits, targets, weights, name="lm")` gives that loss and an accuracy, for any
+token predictions.) The train step, evaluation, log line and TensorBoard then show `loss`,
+`lm_loss` and `perplexity` with no change anywhere else.
+
+Rules that make this exact:
+  * A loss term's weights count what the batch asks to predict (masked slots, real tokens,
+    labelled rows), never anything the parameters or `rng` decide: the step reads the full
+    batch's weights before it takes any gradient, from a pass over the objective whose model
+    computation XLA removes as unused. (Metrics other than loss terms may weigh anything.)
+  * `eps` keeps a denominator's convention: BERT divides by Σw + 1e-5, a plain mean by Σw
+    (0 when Σw = 0). It is a constant of the term, added once to the full batch's weight.
+  * Coefficients are Python numbers (config options at most), not arrays.
+  * `DERIVED` (optional) maps a metric name to a function of the divided metrics ("loss" and
+    every mean): it runs after aggregation, so perplexity is exp(the mean loss over all
+    batches), never a mean of per-batch exps.
+
+`get` binds the options and returns an `Objective`; called like a loss function,
+`objective(params, batch, rng, model)` gives one batch's (loss, metrics).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
 from typing import Any, Callable, Mapping
 
+import flax.struct
+import jax
+import jax.numpy as jnp
+
 from bertology.errors import UserError
 
+Array = jax.Array
 
-def get(spec: str | Mapping[str, Any]) -> Callable:
+
+@flax.struct.dataclass
+class Mean:
+    """A weighted mean as its parts: total = Σ w·x, weight = Σ w; means of several batches add."""
+
+    total: Array
+    weight: Array
+    eps: float = flax.struct.field(pytree_node=False, default=0.0)
+
+    @classmethod
+    def of(cls, values: Array, weights: Array | None = None, eps: float = 0.0) -> "Mean":
+        """The mean of `values` weighted by `weights` (None: every element weighs 1)."""
+        values = jnp.asarray(values, jnp.float32)
+        if weights is None:
+            return cls(jnp.sum(values), jnp.asarray(values.size, jnp.float32), eps)
+        w = jnp.asarray(weights, jnp.float32)
+        return cls(jnp.sum(values * w), jnp.sum(w), eps)
+
+    def value(self, weight: Array | None = None) -> Array:
+        """total / (weight + eps), with the full batch's `weight` when given; 0 when that is 0."""
+        d = (self.weight if weight is None else weight) + self.eps
+        return self.total / jnp.where(d > 0, d, 1.0)
+
+
+@jax.tree_util.register_pytree_node_class
+class Terms:
+    """What an objective returns: `means` by name, and the loss as {name: coefficient} over them."""
+
+    def __init__(self, loss: Mapping[str, float], means: Mapping[str, Mean]):
+        missing = sorted(set(loss) - set(means))
+        if missing:
+            raise ValueError(f"loss terms {missing} have no mean")
+        self.loss = dict(loss)
+        self.means = dict(means)
+
+    def tree_flatten(self) -> tuple[tuple[dict[str, Mean]], tuple[tuple[str, float], ...]]:
+        return (self.means,), tuple(self.loss.items())
+
+    @classmethod
+    def tree_unflatten(cls, loss: tuple[tuple[str, float], ...], children: tuple[dict[str, Mean]]) -> "Terms":
+        return cls(dict(loss), children[0])
+
+    def weights(self) -> dict[str, Array]:
+        """Each loss term's weight: what the train step divides every microbatch's term by."""
+        return {name: self.means[name].weight for name in self.loss}
+
+    def loss_value(self, weights: Mapping[str, Array] | None = None) -> Array:
+        """Σ coefficient · term, each term divided by `weights[name]` (the full batch's) or its own weight."""
+        return sum(c * self.means[name].value(None if weights is None else weights[name]) for name, c in self.loss.items())
+
+
+def divided(means: Mapping[str, Mean]) -> dict[str, Array]:
+    """Each mean's value: for callers that want one batch's numbers rather than the sums."""
+    return {name: m.value() for name, m in means.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """An objective module's `loss` with its options bound, plus its derived metrics."""
+
+    terms: Callable[..., Terms]  # (params, batch, rng, model) -> Terms
+    derived: Mapping[str, Callable[[dict[str, Array]], Array]] = dataclasses.field(default_factory=dict)
+
+    def metrics(self, terms: Terms) -> dict[str, Array]:
+        """"loss", every mean divided by its own weight, then the derived metrics: what gets
+        logged for `terms` (one batch's, or the sums over microbatches or evaluation batches)."""
+        out = {"loss": terms.loss_value(), **divided(terms.means)}
+        return {**out, **{name: f(out) for name, f in self.derived.items()}}
+
+    def __call__(self, params: Any, batch: dict[str, Array], rng: Array | None, model: Any) -> tuple[Array, dict[str, Array]]:
+        """One batch's (loss, metrics), every term divided by this batch's own weight."""
+        terms = self.terms(params, batch, rng, model)
+        return terms.loss_value(), self.metrics(terms)
+
+
+def get(spec: str | Mapping[str, Any]) -> Objective:
     name, options = (spec, {}) if isinstance(spec, str) else (spec["name"], {k: v for k, v in dict(spec).items() if k != "name"})
     try:
-        loss = importlib.import_module(f"bertology.objectives.{name}").loss
+        module = importlib.import_module(f"bertology.objectives.{name}")
     except ModuleNotFoundError:
         raise UserError(f"unknown objective {name!r}; it must name a module in bertology/objectives/") from None
-    known = [p.name for p in inspect.signature(loss).parameters.values() if p.kind == p.KEYWORD_ONLY]
+    known = [p.name for p in inspect.signature(module.loss).parameters.values() if p.kind == p.KEYWORD_ONLY]
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise UserError(f"unknown option(s) {unknown} for objective {name!r}; valid: {known}")
-    return functools.partial(loss, **options) if options else loss
+    loss = functools.partial(module.loss, **options) if options else module.loss
+    return Objective(loss, getattr(module, "DERIVED", {}))

@@ -8,12 +8,12 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from bertology.objectives.bert import Metrics, apply, mlm_loss, nsp_loss
+from bertology.objectives import Terms
+from bertology.objectives.bert import apply, mlm_means, nsp_means
 
 
-def loss(params: Any, batch: dict[str, jax.Array], rng: jax.Array | None, model: nn.Module) -> tuple[jax.Array, Metrics]:
+def loss(params: Any, batch: dict[str, jax.Array], rng: jax.Array | None, model: nn.Module) -> Terms:
     out = apply(model, params, batch, rng)
-    mlm, metrics = mlm_loss(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
-    sop, sop_metrics = nsp_loss(out["sop_logits"], batch["next_sentence_label"], name="sop")
-    total = mlm + sop
-    return total, {"loss": total, **metrics, **sop_metrics}
+    means = {**mlm_means(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"]),
+             **nsp_means(out["sop_logits"], batch["next_sentence_label"], name="sop")}
+    return Terms(loss={"mlm_loss": 1.0, "sop_loss": 1.0}, means=means)

@@ -1,7 +1,9 @@
 """BERT's pretraining losses: masked LM over the gathered positions plus next-sentence prediction.
 
-`mlm_loss` and `nsp_loss` are plain functions of logits and labels, so other families reuse them
-(RoBERTa uses MLM alone; ALBERT feeds sentence-order labels through the same classifier loss).
+`mlm_means` and `nsp_means` are plain functions of logits and labels returning undivided means
+(see `bertology.objectives`), so other families reuse them (RoBERTa uses MLM alone; ALBERT feeds
+sentence-order labels through the same classifier loss; SpanBERT and ELECTRA name theirs).
+`mlm_loss` and `nsp_loss` give one batch's divided values, for code outside the train loop.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bertology.objectives import Mean, Terms, divided
+
 Array = jax.Array
 Metrics = dict[str, Array]
 
 
-def mlm_loss(logits: Array, masked_ids: Array, masked_weights: Array) -> tuple[Array, Metrics]:
-    """Weighted mean cross-entropy over predicted positions, as in BERT:
-    sum(w · nll) / (sum(w) + 1e-5); padded prediction slots carry weight 0.
+def mlm_means(logits: Array, masked_ids: Array, masked_weights: Array, name: str = "mlm") -> dict[str, Mean]:
+    """Weighted cross-entropy and accuracy of token predictions ([.., vocab] logits: MLM at the
+    masked slots, or any other), as `{name}_loss`, `{name}_accuracy`, divided (as in BERT) by
+    sum(w) + 1e-5; padded prediction slots carry weight 0.
 
     Accuracy compares the label's logit with the row's maximum (which the log-sum-exp computes
     anyway) instead of running an argmax, a second pass over the [.., vocab] logits that cost 6%
@@ -28,18 +33,27 @@ def mlm_loss(logits: Array, masked_ids: Array, masked_weights: Array) -> tuple[A
     logits = logits.astype(jnp.float32)
     label_logit = jnp.take_along_axis(logits, masked_ids[..., None], axis=-1)[..., 0]
     nll = jax.nn.logsumexp(logits, axis=-1) - label_logit
-    w = masked_weights.astype(jnp.float32)
-    denom = jnp.sum(w) + 1e-5
-    loss = jnp.sum(nll * w) / denom
-    correct = (label_logit >= jnp.max(logits, axis=-1)).astype(jnp.float32)
-    return loss, {"mlm_loss": loss, "mlm_accuracy": jnp.sum(correct * w) / denom}
+    correct = label_logit >= jnp.max(logits, axis=-1)
+    return {f"{name}_loss": Mean.of(nll, masked_weights, eps=1e-5),
+            f"{name}_accuracy": Mean.of(correct, masked_weights, eps=1e-5)}
+
+
+def nsp_means(logits: Array, labels: Array, name: str = "nsp") -> dict[str, Mean]:
+    """Mean two-way cross-entropy and accuracy of a sentence-pair classifier (label 1 = random next)."""
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)
+    return {f"{name}_loss": Mean.of(nll), f"{name}_accuracy": Mean.of(jnp.argmax(logits, axis=-1) == labels)}
+
+
+def mlm_loss(logits: Array, masked_ids: Array, masked_weights: Array) -> tuple[Array, Metrics]:
+    """One batch's MLM loss and metrics (`mlm_means` divided)."""
+    m = divided(mlm_means(logits, masked_ids, masked_weights))
+    return m["mlm_loss"], m
 
 
 def nsp_loss(logits: Array, labels: Array, name: str = "nsp") -> tuple[Array, Metrics]:
-    """Mean two-way cross-entropy of a sentence-pair classifier (label 1 = random next)."""
-    loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels))
-    acc = jnp.mean((jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32))
-    return loss, {f"{name}_loss": loss, f"{name}_accuracy": acc}
+    """One batch's sentence-pair loss and metrics (`nsp_means` divided)."""
+    m = divided(nsp_means(logits, labels, name))
+    return m[f"{name}_loss"], m
 
 
 def apply(model: nn.Module, params: Any, batch: dict[str, Array], rng: Array | None, method: str | None = None,
@@ -55,12 +69,9 @@ def apply(model: nn.Module, params: Any, batch: dict[str, Array], rng: Array | N
     )
 
 
-def loss(
-    params: Any, batch: dict[str, Array], rng: Array | None, model: nn.Module
-) -> tuple[Array, Metrics]:
+def loss(params: Any, batch: dict[str, Array], rng: Array | None, model: nn.Module) -> Terms:
     """MLM + NSP. `rng` drives dropout; None means evaluation (dropout off)."""
     out = apply(model, params, batch, rng)
-    mlm, metrics = mlm_loss(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
-    nsp, nsp_metrics = nsp_loss(out["nsp_logits"], batch["next_sentence_label"])
-    total = mlm + nsp
-    return total, {"loss": total, **metrics, **nsp_metrics}
+    means = {**mlm_means(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"]),
+             **nsp_means(out["nsp_logits"], batch["next_sentence_label"])}
+    return Terms(loss={"mlm_loss": 1.0, "nsp_loss": 1.0}, means=means)

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import optax
 
 from bertology.errors import UserError
-from bertology.objectives.bert import Metrics, apply, mlm_loss
+from bertology.objectives import Mean, Terms, divided
+from bertology.objectives.bert import Metrics, apply, mlm_means
 
 Array = jax.Array
 VARIANTS = ("electra", "electra_15", "replace_mlm", "all_tokens_mlm")
@@ -41,25 +42,28 @@ def replace_with_samples(batch: dict[str, Array], gen_logits: Array, key: Array)
     return corrupted, original, corrupted != original
 
 
-def rtd_loss(logits: Array, replaced: Array, weights: Array) -> tuple[Array, Metrics]:
-    """Weighted mean sigmoid cross-entropy of 'replaced' per token."""
-    w = weights.astype(jnp.float32)
+def rtd_means(logits: Array, replaced: Array, weights: Array) -> dict[str, Mean]:
+    """Weighted sigmoid cross-entropy of 'replaced' per token, its accuracy and the replaced
+    fraction, each divided by sum(w) + 1e-5."""
     nll = optax.sigmoid_binary_cross_entropy(logits, replaced.astype(jnp.float32))
-    denom = jnp.sum(w) + 1e-5
-    loss = jnp.sum(nll * w) / denom
-    acc = jnp.sum(((logits > 0) == replaced) * w) / denom
-    return loss, {"disc_loss": loss, "disc_accuracy": acc, "replaced_fraction": jnp.sum(replaced * w) / denom}
+    return {"disc_loss": Mean.of(nll, weights, eps=1e-5), "disc_accuracy": Mean.of((logits > 0) == replaced, weights, eps=1e-5),
+            "replaced_fraction": Mean.of(replaced, weights, eps=1e-5)}
+
+
+def rtd_loss(logits: Array, replaced: Array, weights: Array) -> tuple[Array, Metrics]:
+    """One batch's discriminator loss and metrics (`rtd_means` divided)."""
+    m = divided(rtd_means(logits, replaced, weights))
+    return m["disc_loss"], m
 
 
 def loss(params: Any, batch: dict[str, Array], rng: Array | None, model: nn.Module, *,
-         disc_weight: float = 50.0, variant: str = "electra") -> tuple[Array, Metrics]:
+         disc_weight: float = 50.0, variant: str = "electra") -> Terms:
     """L_MLM(generator) + disc_weight · L_disc. `rng=None` (evaluation) samples with a fixed key."""
     if variant not in VARIANTS:
         raise UserError(f"objective.variant={variant!r} is unknown; use one of {VARIANTS}")
     keys = jax.random.split(jax.random.key(0) if rng is None else rng, 3)
     gen_rng, disc_rng = (None, None) if rng is None else (keys[1], keys[2])
     gen_logits = apply(model, params, batch, gen_rng, method="generate")
-    gen, metrics = mlm_loss(gen_logits, batch["masked_ids"], batch["masked_weights"])
     corrupted, original, replaced = replace_with_samples(batch, gen_logits, keys[0])
     corrupted_batch = {**batch, "input_ids": corrupted}
     if variant in ("electra", "electra_15"):
@@ -70,7 +74,7 @@ def loss(params: Any, batch: dict[str, Array], rng: Array | None, model: nn.Modu
             rows = jnp.arange(replaced.shape[0])[:, None]
             weights = jnp.zeros(replaced.shape, jnp.float32).at[rows, batch["masked_positions"]].max(
                 batch["masked_weights"])
-        disc, disc_metrics = rtd_loss(logits, replaced, weights)
+        disc = rtd_means(logits, replaced, weights)
     else:
         if variant == "replace_mlm":
             positions, targets, weights = batch["masked_positions"], batch["masked_ids"], batch["masked_weights"]
@@ -79,8 +83,7 @@ def loss(params: Any, batch: dict[str, Array], rng: Array | None, model: nn.Modu
             positions = jnp.broadcast_to(jnp.arange(length), original.shape)
             targets, weights = original, batch["input_mask"]
         logits = apply(model, params, corrupted_batch, disc_rng, method="discriminate", positions=positions)
-        disc, m = mlm_loss(logits, targets, weights)
-        disc_metrics = {"disc_loss": disc, "disc_accuracy": m["mlm_accuracy"],
-                        "replaced_fraction": jnp.sum(replaced * batch["input_mask"]) / jnp.sum(batch["input_mask"])}
-    total = gen + disc_weight * disc
-    return total, {"loss": total, **metrics, **disc_metrics}
+        disc = {**mlm_means(logits, targets, weights, name="disc"),
+                "replaced_fraction": Mean.of(replaced, batch["input_mask"])}
+    means = {**mlm_means(gen_logits, batch["masked_ids"], batch["masked_weights"]), **disc}
+    return Terms(loss={"mlm_loss": 1.0, "disc_loss": disc_weight}, means=means)

@@ -8,12 +8,12 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from bertology.objectives.bert import Metrics, apply, mlm_loss
+from bertology.objectives import Terms
+from bertology.objectives.bert import apply, mlm_means
 
 
-def loss(params: Any, batch: dict[str, jax.Array], rng: jax.Array | None, model: nn.Module) -> tuple[jax.Array, Metrics]:
+def loss(params: Any, batch: dict[str, jax.Array], rng: jax.Array | None, model: nn.Module) -> Terms:
     out = apply(model, params, batch, rng)
-    mlm, metrics = mlm_loss(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
-    sbo, sbo_metrics = mlm_loss(out["sbo_logits"], batch["masked_ids"], batch["masked_weights"])
-    total = mlm + sbo
-    return total, {"loss": total, **metrics, "sbo_loss": sbo_metrics["mlm_loss"], "sbo_accuracy": sbo_metrics["mlm_accuracy"]}
+    ids, weights = batch["masked_ids"], batch["masked_weights"]
+    means = {**mlm_means(out["mlm_logits"], ids, weights), **mlm_means(out["sbo_logits"], ids, weights, name="sbo")}
+    return Terms(loss={"mlm_loss": 1.0, "sbo_loss": 1.0}, means=means)

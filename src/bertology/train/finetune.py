@@ -1,10 +1,11 @@
 """Fine-tune a pretrained (or freshly initialised) encoder on one downstream task, then score it.
 
-The pretraining loop's pieces are reused as they are: `make_train_step` with the fine-tuning
-loss, the mesh and logical-axis rules, the metrics writer, and `load_params` for the trunk of
-any family's pretraining run. What is particular to fine-tuning lives here: epochs over a small
-labelled set (10% warmup, linear decay, optional layer-wise decay), a trainable mask per mode,
-prediction over padded evaluation batches, and the scores, results and submission files.
+The run itself is pretraining's (`bertology.train.run`: mesh and rules, state, jitted step with
+the `finetune` objective, checkpoints with exact resume, SIGTERM, metrics), and `load_params`
+takes the trunk of any family's pretraining run. What is particular to fine-tuning lives here:
+epochs over a small labelled set (10% warmup, linear decay, optional layer-wise decay), a
+trainable mask per mode, prediction over padded evaluation batches, and the scores, results and
+submission files.
 """
 
 from __future__ import annotations
@@ -13,29 +14,27 @@ import dataclasses
 import math
 import pathlib
 import time
-from typing import Any
+from typing import Any, Callable
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from ml_collections.config_dict import placeholder
 
-from bertology import models, tasks
+from bertology import models, objectives, tasks
 from bertology.data.embedded import DEFAULT_VOCAB
 from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
 from bertology.evaluation import outputs
 from bertology.models.presets import bert_preset
 from bertology.models.tasks import MODES, TaskModel
-from bertology.objectives import finetune as objective
 from bertology.tasks.inputs import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
+from bertology.train import run as run_lib
 from bertology.train import sharding
 from bertology.train.checkpoint import load_params
-from bertology.train.loop import fresh_state, make_train_step, param_init, resolve_vocab, write_config
-from bertology.train.metrics import MetricsWriter, log
+from bertology.train.metrics import log
 
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
@@ -51,9 +50,12 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     c.epochs = 3
     c.total_steps = placeholder(int)  # None: epochs over the training set
     c.batch_size = 32
+    c.grad_accum_steps = 1  # microbatches per step (exact: the full batch's gradient)
     c.eval_batch_size = 64
     c.log_every = 20
     c.eval_every = 0  # steps between evaluations; 0: only at the end
+    c.checkpoint_every = 1000  # and at the last step; a rerun in the same workdir resumes
+    c.keep_checkpoints = 2
     # Used only without init_checkpoint (a checkpoint brings its own model config).
     c.model = ml_collections.ConfigDict(dict(
         family="bert", vocab_size=placeholder(int), max_position_embeddings=512, dropout_rate=0.1,
@@ -120,27 +122,54 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[models.TransformerConfi
         cfg, encoder = models.pretrained_encoder(params, pre["model"])
         vocab = pre["data"].get("vocab") or str(DEFAULT_VOCAB)
         return cfg, encoder, load_tokenizer(vocab), vocab
-    vocab, tokenizer = resolve_vocab(config)
+    vocab, tokenizer = run_lib.resolve_vocab(config)
     return models.encoder_config(config.model), None, tokenizer, str(vocab)
 
 
-def _batches(n: int, batch_size: int, rng: np.random.Generator):
-    """Endless full batches of row indices, reshuffled every pass (wrapping around small sets)."""
-    pool = np.zeros(0, np.int64)
-    while True:
-        while len(pool) < batch_size:
-            pool = np.concatenate([pool, rng.permutation(n)])
-        yield pool[:batch_size]
-        pool = pool[batch_size:]
+class ShuffledRows:
+    """Endless batches of training rows: the concatenation of successive permutations of the
+    rows (one Generator seeded once), cut into batches, so small sets wrap around. Its position
+    is one number, so a resumed run replays the same permutations and continues where it stopped."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], batch_size: int, seed: int):
+        self.arrays, self.batch_size, self.seed = arrays, batch_size, seed
+        self.n = len(next(iter(arrays.values())))
+        self.set_state({"position": 0})
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.position = state["position"]
+        self._rng = np.random.default_rng(self.seed)
+        self._pass, self._order = -1, np.zeros(0, np.int64)
+        self._advance_to(self.position // self.n)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"position": self.position}
+
+    def _advance_to(self, p: int) -> None:
+        while self._pass < p:
+            self._order, self._pass = self._rng.permutation(self.n), self._pass + 1
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        pieces, need = [], self.batch_size
+        while need:
+            self._advance_to(self.position // self.n)
+            start = self.position % self.n
+            pieces.append(self._order[start:start + need])
+            self.position += len(pieces[-1])
+            need -= len(pieces[-1])
+        rows = np.concatenate(pieces)
+        return {k: v[rows] for k, v in self.arrays.items()}
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, Any]:
-    """Fine-tune per `config`, write results.json (and predictions) to `workdir`; return the results."""
+    """Fine-tune per `config` in `workdir`, resuming from its latest checkpoint; write results.json
+    (and predictions) and return the results. A run stopped by SIGTERM returns {"preempted": True, ...}."""
     workdir = pathlib.Path(workdir)
     config = ml_collections.ConfigDict(config.to_dict())
     task = tasks.get(config.task)
     if config.mode not in MODES:
         raise UserError(f"mode={config.mode!r} is unknown; use one of {MODES}")
+    run_lib.check_batching(config)
     cfg, pretrained, tokenizer, vocab = _encoder(config)
     config.data.vocab = vocab
     if config.mode == "adapters":
@@ -148,7 +177,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     if config.data.max_seq_length > cfg.max_position_embeddings - cfg.position_offset:
         raise UserError(f"data.max_seq_length={config.data.max_seq_length} exceeds the encoder's "
                         f"{cfg.max_position_embeddings - cfg.position_offset} positions; lower it")
-    write_config(config, workdir)
 
     splits = task.load(config.data.dir, config.data.cache_dir, log=log)
     if not splits.get("train"):
@@ -164,87 +192,92 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     if opt_cfg.warmup_steps is None:
         opt_cfg.warmup_steps = int(round(opt_cfg.warmup_fraction * total))
 
-    mesh = sharding.make_mesh(config.mesh)
-    rules = sharding.rules_for(config.mesh)
-    data_size = sharding.batch_devices(mesh, rules)
+    data_size = sharding.batch_devices(sharding.make_mesh(config.mesh), sharding.rules_for(config.mesh))
     for key in ("batch_size", "eval_batch_size"):
         if config[key] % data_size:
             raise UserError(f"{key}={config[key]} is not divisible by the {data_size} data-parallel devices; change it or mesh.shape")
 
-    model = TaskModel(cfg, task.kind, task.num_labels, config.mode)
-    example = {k: v[:1] for k, v in train_arrays.items() if k in MODEL_INPUTS}
-    key = jax.random.key(config.seed)
-
-    init_boxed = param_init(model, example)
-    with sharding.activate(mesh, rules):
-        param_shardings = sharding.logical_shardings(jax.eval_shape(init_boxed, key), mesh, rules)
-        params = jax.jit(lambda k: nn.meta.unbox(init_boxed(k)), out_shardings=param_shardings)(key)
-        if pretrained is not None:
-            params = {**params, "encoder": merge_pretrained(params["encoder"], pretrained, config.init_checkpoint)}
-            params = jax.device_put(params, param_shardings)
+    def optimizer(params: Any) -> tuple[Any, Any]:
         decay = config.optimizer.layerwise_lr_decay
-        tx, lr = optimizer_lib.make(
+        return optimizer_lib.make(
             opt_cfg, total,
             trainable=trainable_mask(params, config.mode) if config.mode != "full" else None,
             multipliers=optimizer_lib.layerwise_multipliers(params, cfg.num_layers, decay) if decay != 1.0 else None,
         )
-        state = fresh_state(params, tx)
-        train_step = jax.jit(make_train_step(model, objective.loss, tx, lr, 1), donate_argnums=(0,))
+
+    def with_pretrained(fresh: Any) -> Any:
+        return {**fresh, "encoder": merge_pretrained(fresh["encoder"], pretrained, config.init_checkpoint)}
+
+    model = TaskModel(cfg, task.kind, task.num_labels, config.mode)
+    t0 = time.time()
+    with run_lib.setup(
+        config, workdir,
+        model=model,
+        objective=objectives.get("finetune"),
+        example={k: v[:1] for k, v in train_arrays.items() if k in MODEL_INPUTS},
+        optimizer=optimizer,
+        start_params=None if pretrained is None else with_pretrained,
+    ) as run:
         apply = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True))
 
         def evaluate(params) -> dict[str, Any]:
             scores, preds = {}, {}
             for split in [*task.eval_splits, *(s for s, _ in task.submissions if s in feats)]:
-                out = _outputs(apply, params, feats[split], config.eval_batch_size, mesh, rules)
+                out = _outputs(apply, params, feats[split], config.eval_batch_size, run.shard)
                 preds[split] = predict(task, splits[split], feats[split], out, config.data)
                 if split in task.eval_splits:
                     prefix = "" if len(task.eval_splits) == 1 else f"{split}_"
                     scores.update({prefix + k: v for k, v in task.score(splits[split], preds[split]).items()})
             return {"scores": scores, "predictions": preds}
 
-        writer = MetricsWriter(workdir)
+        latest: dict[str, Any] = {}
+
+        def scores(params) -> dict[str, float]:
+            latest.update(evaluate(params))
+            return latest["scores"]
+
+        params = run.state["params"]
         n_params = sum(x.size for x in jax.tree.leaves(params))
         n_train_params = sum(x.size for x, t in zip(jax.tree.leaves(params), jax.tree.leaves(trainable_mask(params, config.mode))) if t)
         log(f"fine-tuning {task.name} ({task.kind}, mode {config.mode}, {n_train_params / 1e6:.2f}M of "
             f"{n_params / 1e6:.2f}M params trained) from {config.init_checkpoint or 'scratch'}: "
             f"{n_train} training rows, {total} steps of {config.batch_size}")
-        history, evals = [], []
-        batches = _batches(n_train, config.batch_size, np.random.default_rng(config.seed))
-        t0 = time.time()
-        for step in range(1, total + 1):
-            rows = next(batches)
-            batch = sharding.shard_batch({k: v[rows] for k, v in train_arrays.items() if k != "word_index"}, mesh, rules)
-            state, metrics = train_step(state, batch, key)
-            if step % config.log_every == 0 or step == total:
-                m = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                writer.write(step, m)
-                history.append({"step": step, **m})
-                log(f"step {step}/{total} | loss {m['loss']:.4f} | lr {m['learning_rate']:.2e} | {time.time() - t0:.0f}s")
-            if step == total or (config.eval_every and step % config.eval_every == 0):
-                result = evaluate(state["params"])
-                writer.write(step, result["scores"], prefix="eval_")
-                evals.append({"step": step, **result["scores"]})
-                log(f"eval @ {step}: " + " | ".join(f"{k} {v:.2f}" for k, v in result["scores"].items()))
-        writer.close()
+        rows = ShuffledRows({k: v for k, v in train_arrays.items() if k != "word_index"}, config.batch_size, config.seed)
+        summary = run.fit(rows, total, scores)
+        if summary["preempted"]:
+            return {"task": task.name, "mode": config.mode, "steps": summary["step"], "scores": {}, "preempted": True}
+        if not latest:  # the workdir's run had already finished: score its final parameters
+            latest.update(evaluate(run.state["params"]))
+        train_loss, evals = _record(run.writer.steps(), config.log_every, total)
+        final_params = run.state["params"]
 
     results = {
         "task": task.name, "kind": task.kind, "mode": config.mode, "init_checkpoint": config.init_checkpoint,
-        "steps": total, "scores": result["scores"], "primary": task.primary, "evals": evals,
-        "train_loss": [h["loss"] for h in history], "seconds": time.time() - t0,
+        "steps": total, "scores": latest["scores"], "primary": task.primary, "evals": evals,
+        "train_loss": train_loss, "seconds": time.time() - t0,
     }
     outputs.write_results(workdir, results)
-    _write_predictions(task, splits, result["predictions"], workdir)
-    return {**results, "params": state["params"], "predictions": result["predictions"]}
+    _write_predictions(task, splits, latest["predictions"], workdir)
+    return {**results, "params": final_params, "predictions": latest["predictions"]}
 
 
-def _outputs(apply, params, features: Features, batch_size: int, mesh, rules) -> dict[str, np.ndarray]:
+def _record(steps: dict[int, dict[str, float]], log_every: int, total: int) -> tuple[list[float], list[dict]]:
+    """(the training loss at the log steps, every evaluation) from the run's metrics rows, which
+    hold the steps of an interrupted run and of its resumption alike."""
+    train_loss = [row["loss"] for s, row in steps.items() if "loss" in row and (s % log_every == 0 or s == total)]
+    evals = [{"step": s, **{k[len("eval_"):]: v for k, v in row.items() if k.startswith("eval_")}}
+             for s, row in steps.items() if any(k.startswith("eval_") for k in row)]
+    return train_loss, evals
+
+
+def _outputs(apply: Callable, params: Any, features: Features, batch_size: int, shard: Callable) -> dict[str, np.ndarray]:
     """The model's outputs for every row, in fixed-size batches (the last padded, then trimmed)."""
     arrays = {k: v for k, v in features.arrays.items() if k in MODEL_INPUTS}
     n = len(arrays["input_ids"])
     chunks = []
     for start in range(0, n, batch_size):
         rows = np.arange(start, start + batch_size) % n  # wrap to fill the last batch
-        out = apply(params, sharding.shard_batch({k: v[rows] for k, v in arrays.items()}, mesh, rules))
+        out = apply(params, shard({k: v[rows] for k, v in arrays.items()}))
         chunks.append({k: np.asarray(v)[: min(batch_size, n - start)] for k, v in jax.device_get(out).items()})
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 

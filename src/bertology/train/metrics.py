@@ -59,6 +59,19 @@ class MetricsWriter:
         for k, v in row.items():
             self._tb.add_scalar(k, v, int(step))
 
+    def steps(self) -> dict[int, dict[str, float]]:
+        """Every step in metrics.jsonl (this run's and those of the runs it resumed), in order,
+        each step's rows merged. A step written twice (a run resumed from a checkpoint before
+        it) keeps the later values: those of the run that went on. Empty on processes but 0."""
+        if not self.enabled:
+            return {}
+        self._jsonl.flush()
+        merged: dict[int, dict[str, float]] = {}
+        for line in pathlib.Path(self._jsonl.name).read_text().splitlines():
+            row = json.loads(line)
+            merged.setdefault(row.pop("step"), {}).update(row)
+        return dict(sorted(merged.items()))
+
     def flush(self) -> None:
         """Make everything written so far visible in the workdir (a copy, for object storage)."""
         if self.enabled and self._remote:

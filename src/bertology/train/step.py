@@ -1,0 +1,109 @@
+"""The jittable pieces of training: the train state and the train step.
+
+The train state is a plain dict {step, params, opt_state}. The step rewrites only those three
+entries and passes any other through untouched, so a family can keep more in it (a frozen
+teacher's parameters the optimizer never sees, a carried recurrent memory) and have it placed,
+checkpointed and restored with the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from bertology.objectives import Objective
+
+State = dict[str, Any]
+
+
+def accumulated_gradients(model: nn.Module, objective: Objective, grad_accum_steps: int) -> Callable:
+    """(params, batch, key) -> (grads, metrics) of the whole batch, taken over `grad_accum_steps`
+    microbatches; microbatch i takes rows i, i+k, i+2k, ... so each one is spread evenly over the
+    data shards.
+
+    Each microbatch's loss terms are divided by the full batch's weights, and the microbatch
+    gradients summed: the full batch's gradient, whatever each microbatch holds. The full
+    batch's weights come from the objective called on the whole batch: they depend on the batch
+    alone (the objectives' contract), so XLA drops that call's model computation, which nothing
+    reads. Metrics are the microbatches' sums divided once.
+    """
+    k = grad_accum_steps
+
+    def loss_of(params, batch, key, weights):
+        terms = objective.terms(params, batch, key, model)
+        return terms.loss_value(weights), terms
+
+    def grads(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
+        weights = objective.terms(params, batch, key, model).weights()
+        micro = jax.tree.map(lambda x: x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1), batch)
+        grad_fn = jax.grad(loss_of, has_aux=True)
+
+        def body(acc, xs):
+            i, mb = xs
+            return jax.tree.map(jnp.add, acc, grad_fn(params, mb, jax.random.fold_in(key, i), weights)), None
+
+        first = jax.tree.map(lambda x: x[0], micro)
+        zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, first, key, weights))
+        (g, terms), _ = jax.lax.scan(body, zeros, (jnp.arange(k), micro))
+        return g, objective.metrics(terms)
+
+    return grads
+
+
+def make_train_step(
+    model: nn.Module,
+    loss_fn: Callable,
+    tx: optax.GradientTransformation,
+    lr: optax.Schedule,
+    grad_accum_steps: int,
+) -> Callable:
+    """(state, batch, key) -> (state, metrics): one optimizer step on the whole batch.
+
+    `loss_fn` is an `objectives.Objective`. Without accumulation any function (params, batch,
+    rng, model) -> (loss, metrics) will do (the benchmark's Hugging Face reference is one); with
+    `grad_accum_steps` > 1 see `accumulated_gradients`. The dropout key of step s is
+    fold_in(key, s) (and of microbatch i, fold_in of that, i).
+    """
+    if grad_accum_steps == 1:
+        def grads_of(params, batch, key):
+            (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, key, model)
+            return grads, metrics
+    else:
+        grads_of = accumulated_gradients(model, loss_fn, grad_accum_steps)
+
+    def step(state: State, batch: dict[str, jax.Array], key: jax.Array) -> tuple[State, dict]:
+        key = jax.random.fold_in(key, state["step"])
+        params = state["params"]
+        grads, metrics = grads_of(params, batch, key)
+        updates, opt_state = tx.update(grads, state["opt_state"], params)
+        new_state = {**state, "step": state["step"] + 1, "params": optax.apply_updates(params, updates),
+                     "opt_state": opt_state}
+        metrics = {**metrics, "learning_rate": lr(state["step"]), "grad_norm": optax.tree.norm(grads)}
+        return new_state, metrics
+
+    return step
+
+
+def param_init(model: nn.Module, example: dict[str, Any]) -> Callable:
+    """key -> fresh parameters, boxed with logical axis names (so `jax.eval_shape` of it gives the
+    shardings without allocating anything)."""
+
+    def init(key: jax.Array) -> Any:
+        return model.init({"params": key, "dropout": key}, example, deterministic=True)["params"]
+
+    return init
+
+
+def state_init(model: nn.Module, tx: optax.GradientTransformation, example: dict[str, Any]) -> Callable:
+    """key -> a fresh train state {step, params, opt_state}, boxed like `param_init`'s parameters."""
+    init_params = param_init(model, example)
+    return lambda key: fresh_state(init_params(key), tx)
+
+
+def fresh_state(params: Any, tx: optax.GradientTransformation) -> State:
+    """The train state at step 0 for `params`: a new optimizer state."""
+    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
