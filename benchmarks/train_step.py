@@ -12,6 +12,8 @@ JSON line to --out/train_step.jsonl and a markdown row to --out/train_step.md.
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import json
 import pathlib
 import sys
@@ -30,14 +32,15 @@ from bertology.train.step import fresh_state, make_train_step, param_init
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def bert_config(preset: str, vocab_size: int, dtype: str, remat: str) -> Any:
-    """configs/bert.py's config for `preset`, with the benchmark's vocab, dtype and remat."""
+def recipe_config(recipe: str, preset: str, vocab_size: int, dtype: str, remat: str) -> Any:
+    """configs/<recipe>.py's config for `preset`, with the benchmark's vocab, dtype and remat."""
     sys.path.insert(0, str(REPO / "configs"))
-    import bert
-
-    c = bert.get_config(preset)
+    c = importlib.import_module(recipe).get_config(preset)
     c.model.vocab_size, c.model.dtype, c.model.remat = vocab_size, dtype, remat
     return c
+
+
+bert_config = functools.partial(recipe_config, "bert")
 
 
 def random_batch(cfg: TransformerConfig, batch: int, length: int, predictions: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -85,7 +88,7 @@ def ours(config: Any, batch: dict) -> tuple[Callable, dict]:
     model = models.build(config.model)
     example = {k: v[:1] for k, v in batch.items()}
     params = jax.jit(lambda k: nn.meta.unbox(param_init(model, example)(k)))(jax.random.key(0))
-    return jitted_step(model, objectives.get("bert"), params, config)
+    return jitted_step(model, objectives.get(config.objective), params, config)
 
 
 def theirs(config: Any) -> tuple[Callable, dict]:
@@ -114,37 +117,46 @@ def main(argv: list[str] | None = None) -> dict:
     config.data.max_seq_length, config.data.max_predictions_per_seq = args.seq_len, args.predictions
     cfg = models.encoder_config(config.model)
     batch = random_batch(cfg, args.batch_size, args.seq_len, args.predictions)
-    tokens = args.batch_size * args.seq_len
     row: dict[str, Any] = dict(
         preset=args.preset, batch_size=args.batch_size, seq_len=args.seq_len, dtype=args.dtype, remat=args.remat,
         vocab_size=args.vocab_size, device=jax.devices()[0].device_kind, device_count=1,
         flops_per_token=models.flops_per_token(config),
     )
     runs = [ours(config, batch)] + ([] if args.no_reference else [theirs(config)])
-    seconds = seconds_per_step(runs, batch, args.steps)
-    row["tokens_per_s"] = tokens / seconds[0]["wall"]
-    row["mfu"] = row["tokens_per_s"] * row["flops_per_token"] / args.peak_flops if args.peak_flops else None
-    if not args.no_reference:
-        row["hf_tokens_per_s"] = tokens / seconds[1]["wall"]
-        row["ratio"] = row["tokens_per_s"] / row["hf_tokens_per_s"]
-        row["cpu_ratio"] = seconds[1]["cpu"] / seconds[0]["cpu"]
+    row.update(throughput(runs, batch, args.steps, row["flops_per_token"], args.peak_flops))
     write(row, pathlib.Path(args.out))
     return row
 
 
-def write(row: dict, out: pathlib.Path) -> None:
-    """Print and append the JSON line and the markdown row (a header when the table is new)."""
+def throughput(runs: list[tuple[Callable, Any]], batch: dict[str, np.ndarray], steps: int, flops_per_token: float,
+               peak_flops: float | None) -> dict[str, float | None]:
+    """Our tokens/s (runs[0]) and MFU; with a reference (runs[1]) its tokens/s and the ratios,
+    ours over theirs, of wall time and of CPU time."""
+    tokens = batch["input_ids"].size
+    seconds = seconds_per_step(runs, batch, steps)
+    out: dict[str, float | None] = {"tokens_per_s": tokens / seconds[0]["wall"]}
+    out["mfu"] = out["tokens_per_s"] * flops_per_token / peak_flops if peak_flops else None
+    if len(runs) > 1:
+        out["hf_tokens_per_s"] = tokens / seconds[1]["wall"]
+        out["ratio"] = out["tokens_per_s"] / out["hf_tokens_per_s"]
+        out["cpu_ratio"] = seconds[1]["cpu"] / seconds[0]["cpu"]
+    return out
+
+
+def write(row: dict, out: pathlib.Path, name: str = "train_step") -> None:
+    """Print and append the JSON line and the markdown row (a header when the table is new) to
+    `out/<name>.jsonl` and `out/<name>.md`."""
     out.mkdir(parents=True, exist_ok=True)
     line = json.dumps(row)
     print(line)
-    with open(out / "train_step.jsonl", "a") as f:
+    with open(out / f"{name}.jsonl", "a") as f:
         f.write(line + "\n")
     cols = ["preset", "batch_size", "seq_len", "dtype", "remat", "device", "tokens_per_s", "flops_per_token", "mfu",
             "hf_tokens_per_s", "ratio", "cpu_ratio"]
     fmt = {"tokens_per_s": "{:,.0f}", "hf_tokens_per_s": "{:,.0f}", "flops_per_token": "{:.3g}", "mfu": "{:.1%}",
            "ratio": "{:.2f}x", "cpu_ratio": "{:.2f}x"}
     cells = ["—" if row.get(c) is None else fmt.get(c, "{}").format(row[c]) for c in cols]
-    table = out / "train_step.md"
+    table = out / f"{name}.md"
     header = "" if table.exists() else "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
     md = header + "| " + " | ".join(cells) + " |\n"
     print(md, end="")
