@@ -16,7 +16,7 @@ import pytest
 from scipy.special import log_softmax
 
 from bertology import models, objectives
-from bertology.models.encoder import EncoderConfig
+from bertology.models.transformer import TransformerConfig
 from bertology.models.tasks import TaskModel
 from bertology.objectives.electra import replace_with_samples
 from bertology.train import optimizer as optimizer_lib
@@ -78,7 +78,7 @@ def case(name):
         batch = pretraining_batch(rng)
         model = models.build(c.model)
     else:
-        cfg = EncoderConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
+        cfg = TransformerConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
                             dropout_rate=0.0, attention_dropout_rate=0.0)
         shape = (B, CHOICES, L) if name == "choice" else (B, L)
         mask = (np.arange(L) < np.resize(LENGTHS, shape[:-1])[..., None]).astype(np.int32)
