@@ -37,6 +37,7 @@ import jax
 import numpy as np
 import optax
 
+from benchmarks import report
 from benchmarks.train_step import REPO, bert_config, random_batch
 from bertology import models, objectives
 from bertology.models.transformer import stack_layers
@@ -125,29 +126,10 @@ def measure_in_subprocess(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 COLUMNS = ["preset", "batch_size", "seq_len", "remat", "scan", "lower_s", "compile_s", "compile_cpu_s", "argument_mib",
-           "temp_mib", "step_s", "step_cpu_s", "loss"]
+           "temp_mib", "step_s", "step_cpu_s", "losses"]
 FORMATS = {"lower_s": "{:.2f}", "compile_s": "{:.2f}", "compile_cpu_s": "{:.2f}", "argument_mib": "{:,.0f} MiB",
-           "temp_mib": "{:,.0f} MiB", "step_s": "{:.3f}", "step_cpu_s": "{:.3f}", "loss": "{:.6f}"}
-
-
-def markdown_row(row: dict[str, Any]) -> str:
-    """The row's cells in COLUMNS order; `loss` is the first step's, a dash where not measured."""
-    values = {**row, "loss": row["losses"][0] if "losses" in row else None}
-    return "| " + " | ".join("—" if values.get(c) is None else FORMATS.get(c, "{}").format(values[c])
-                             for c in COLUMNS) + " |"
-
-
-def write(rows: list[dict[str, Any]], out: pathlib.Path) -> None:
-    """Append the JSON lines and markdown rows (with a header when the table is new) and print the table."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "compile_time.jsonl", "a") as f:
-        f.writelines(json.dumps(row) + "\n" for row in rows)
-    table = out / "compile_time.md"
-    header = "" if table.exists() else "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
-    md = header + "".join(markdown_row(row) + "\n" for row in rows)
-    print(md, end="")
-    with open(table, "a") as f:
-        f.write(md)
+           "temp_mib": "{:,.0f} MiB", "step_s": "{:.3f}", "step_cpu_s": "{:.3f}",
+           "losses": "{[0]:.6f}"}  # the table shows the first step's loss
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -182,7 +164,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         steps=args.steps if preset in args.step_presets.split(",") else 0)
             rows.append(measure_in_subprocess(spec))
             print(json.dumps(rows[-1]), flush=True)
-    write(rows, pathlib.Path(args.out))
+    report.append(rows, pathlib.Path(args.out), "compile_time", COLUMNS, FORMATS)
     return rows
 
 

@@ -21,7 +21,6 @@ queries, keys and values in one dot where we run three.
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 import time
@@ -31,6 +30,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from benchmarks import report
 from bertology import models
 from bertology.data.tokenizers import load_tokenizer
 from bertology.generation import generate
@@ -122,28 +122,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
             row["hf_tokens_per_s"] = tokens / seconds[1]["wall"]
             row["ratio"] = row["tokens_per_s"] / row["hf_tokens_per_s"]
             row["cpu_ratio"] = seconds[1]["cpu"] / seconds[0]["cpu"]
-        write(row, pathlib.Path(args.out))
+        report.append([row], pathlib.Path(args.out), "generation", COLUMNS, FORMATS)
         rows.append(row)
     return rows
 
 
-def write(row: dict, out: pathlib.Path) -> None:
-    """Print and append the JSON line and the markdown row (a header when the table is new)."""
-    out.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(row)
-    print(line)
-    with open(out / "generation.jsonl", "a") as f:
-        f.write(line + "\n")
-    cols = ["preset", "vocab_size", "batch_size", "prompt_len", "new_tokens", "device", "tokens_per_s",
-            "hf_tokens_per_s", "ratio", "cpu_ratio"]
-    fmt = {"tokens_per_s": "{:,.1f}", "hf_tokens_per_s": "{:,.1f}", "ratio": "{:.2f}x", "cpu_ratio": "{:.2f}x"}
-    cells = ["—" if row.get(c) is None else fmt.get(c, "{}").format(row[c]) for c in cols]
-    table = out / "generation.md"
-    header = "" if table.exists() else "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
-    md = header + "| " + " | ".join(cells) + " |\n"
-    print(md, end="")
-    with open(table, "a") as f:
-        f.write(md)
+COLUMNS = ["preset", "vocab_size", "batch_size", "prompt_len", "new_tokens", "device", "tokens_per_s",
+           "hf_tokens_per_s", "ratio", "cpu_ratio"]
+FORMATS = {"tokens_per_s": "{:,.1f}", "hf_tokens_per_s": "{:,.1f}", "ratio": "{:.2f}x", "cpu_ratio": "{:.2f}x"}
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
-import json
 import pathlib
 import sys
 import time
@@ -24,6 +23,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from benchmarks import report
 from bertology import models, objectives
 from bertology.models.transformer import TransformerConfig
 from bertology.train import optimizer as optimizer_lib
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     runs = [ours(config, batch)] + ([] if args.no_reference else [theirs(config)])
     row.update(throughput(runs, batch, args.steps, row["flops_per_token"], args.peak_flops))
-    write(row, pathlib.Path(args.out))
+    report.append([row], pathlib.Path(args.out), "train_step", COLUMNS, FORMATS)
     return row
 
 
@@ -143,25 +143,10 @@ def throughput(runs: list[tuple[Callable, Any]], batch: dict[str, np.ndarray], s
     return out
 
 
-def write(row: dict, out: pathlib.Path, name: str = "train_step") -> None:
-    """Print and append the JSON line and the markdown row (a header when the table is new) to
-    `out/<name>.jsonl` and `out/<name>.md`."""
-    out.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(row)
-    print(line)
-    with open(out / f"{name}.jsonl", "a") as f:
-        f.write(line + "\n")
-    cols = ["preset", "batch_size", "seq_len", "dtype", "remat", "device", "tokens_per_s", "flops_per_token", "mfu",
-            "hf_tokens_per_s", "ratio", "cpu_ratio"]
-    fmt = {"tokens_per_s": "{:,.0f}", "hf_tokens_per_s": "{:,.0f}", "flops_per_token": "{:.3g}", "mfu": "{:.1%}",
+COLUMNS = ["preset", "batch_size", "seq_len", "dtype", "remat", "device", "tokens_per_s", "flops_per_token", "mfu",
+           "hf_tokens_per_s", "ratio", "cpu_ratio"]
+FORMATS = {"tokens_per_s": "{:,.0f}", "hf_tokens_per_s": "{:,.0f}", "flops_per_token": "{:.3g}", "mfu": "{:.1%}",
            "ratio": "{:.2f}x", "cpu_ratio": "{:.2f}x"}
-    cells = ["—" if row.get(c) is None else fmt.get(c, "{}").format(row[c]) for c in cols]
-    table = out / f"{name}.md"
-    header = "" if table.exists() else "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
-    md = header + "| " + " | ".join(cells) + " |\n"
-    print(md, end="")
-    with open(table, "a") as f:
-        f.write(md)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from benchmarks.train_step import jitted_step, ours, recipe_config, throughput, write
+from benchmarks import report
+from benchmarks.train_step import COLUMNS, FORMATS, jitted_step, ours, recipe_config, throughput
 from bertology import models
 from bertology.errors import UserError
 
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     runs = [ours(config, batch)] + ([] if args.no_reference else [theirs(config)])
     row.update(throughput(runs, batch, args.steps, row["flops_per_token"], args.peak_flops))
-    write(row, pathlib.Path(args.out), "train_step_gpt")
+    report.append([row], pathlib.Path(args.out), "train_step_gpt", COLUMNS, FORMATS)
     return row
 
 

@@ -2,13 +2,11 @@
 
 import json
 
-import jax
 import pytest
 
 from benchmarks import memory, padding, pipeline, train_step
 from bertology import models
 from bertology.models import flops
-from bertology.models.transformer import TransformerConfig
 
 
 def test_flops_per_token_of_bert_base_with_the_gathered_head():
