@@ -176,6 +176,19 @@ def poisson_span_probs(lam: float) -> np.ndarray:
     return probs / probs.sum()
 
 
+def infilling_span_lengths(budget: int, span_probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """fairseq's span lengths for a budget of `budget` words: `budget` draws from `span_probs`,
+    more batches of `budget` while they sum to less, then cut after the first span reaching the
+    budget, that span trimmed so the lengths sum to exactly `budget`. Zeros are kept (inserts)."""
+    lengths = rng.choice(len(span_probs), budget, p=span_probs)
+    while lengths.sum() < budget:
+        lengths = np.concatenate([lengths, rng.choice(len(span_probs), budget, p=span_probs)])
+    cum = np.cumsum(lengths)
+    i = int(np.argmax(cum >= budget))
+    lengths[i] = budget - (cum[i - 1] if i else 0)
+    return lengths[: i + 1]
+
+
 def permute_sentences(source: np.ndarray, full_stop: int, rng: np.random.Generator, p: float = 1.0) -> np.ndarray:
     """fairseq's `permute_sentences` over `<s> ... </s>`: sentences end at a run of full-stop
     tokens (fairseq: GPT-2's "." when the BPE is GPT-2's; the token before `</s>` is made one, so
@@ -236,13 +249,7 @@ def whole_word_mask(source: np.ndarray, is_word_start: np.ndarray, ratio: float,
         return source
     inserts = 0
     if span_probs is not None:
-        lengths = rng.choice(len(span_probs), budget, p=span_probs)
-        while lengths.sum() < budget:
-            lengths = np.concatenate([lengths, rng.choice(len(span_probs), budget, p=span_probs)])
-        cum = np.cumsum(lengths)
-        i = int(np.argmax(cum >= budget))
-        lengths[i] = budget - (cum[i - 1] if i else 0)
-        lengths = lengths[: i + 1]
+        lengths = infilling_span_lengths(budget, span_probs, rng)
         inserts = int((lengths == 0).sum())
         lengths = lengths[lengths > 0]
         if len(lengths) == 0:
