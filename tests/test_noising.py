@@ -12,7 +12,7 @@ from scipy import special, stats
 
 from bertology.data import noising
 from bertology.data.embedded import BYTE_BPE_VOCAB, embedded_corpus_path
-from bertology.data.tokenizers import load_tokenizer
+from bertology.data.tokenizers import AddedTokens, load_tokenizer
 from bertology.data.tokenizers.train import train_tokenizer
 from bertology.errors import UserError
 
@@ -342,4 +342,4 @@ def test_added_tokens_on_byte_bpe_round_trip_bytes():
     assert tok.decode(tok.encode(text)) == text
     assert load_tokenizer(BYTE_BPE_VOCAB).encode("Split ") == tok.encode(text)[:2]
     with pytest.raises(UserError, match="already in the vocabulary"):
-        load_tokenizer(BYTE_BPE_VOCAB, extra_ids=1).__class__(tok, ["<mask>"])
+        AddedTokens(tok, ["<mask>"])

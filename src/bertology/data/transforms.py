@@ -320,8 +320,8 @@ class SpanCorruption(Transform):
     """T5's denoising objectives (`t5.data.preprocessors.denoise`), one per data.noise.kind:
 
     | kind | T5 gin | noise mask | encoder input | decoder target |
-    | spans (default) | span_corruption, span_{2,3,5,10}_15_u_u | random spans | unique sentinel per span | unique sentinel per kept span + the noise |
-    | iid | iid_15_u_u (replace spans) | i.i.d. | unique sentinel per run | as spans |
+    | spans (default) | span_{2,3,5,10}_15_u_u | random spans | a sentinel per span | sentinel, span, ... |
+    | iid | iid_15_u_u (replace spans) | i.i.d. | a sentinel per run | as spans |
     | bert | iid_15_r10s90_f | i.i.d. | 10% random id, 90% the sentinel | the full chunk |
     | mass_style | iid_15_m_f | i.i.d. | the sentinel per token | the full chunk |
     | drop | iid_15_d_d | i.i.d. | noise dropped | the noise only |
