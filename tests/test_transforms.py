@@ -141,7 +141,8 @@ def test_lm_streams_are_deterministic_and_resume_exactly(objective):
 
 
 def test_unknown_names_are_one_line_user_errors():
-    with pytest.raises(UserError, match=r"^data.objective='xlnet' is unknown; use one of causal, mlm, prefix_lm$"):
+    names = "bart, causal, mass, mlm, prefix_lm, span_corruption"
+    with pytest.raises(UserError, match=rf"^data.objective='xlnet' is unknown; use one of {names}$"):
         PretrainingStream(docs(), TOK, cfg(objective="xlnet"), batch_size=8, seed=0)
     with pytest.raises(UserError, match=r"data.instances='rows' is unknown; use one of pairs, full_sentences, packed"):
         transforms.make(cfg(instances="rows"), TOK)
@@ -220,3 +221,161 @@ def test_mlm_transform_reproduces_the_original_stream(masking):
             assert x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k]), (step, k)
     held_out = eval_batches(documents, TOK, c, batch_size=8, num_batches=2, seed=7)
     assert all(same(x, y) for x, y in zip(held_out, evals))
+
+
+# --------------------------------------------------------------------- encoder-decoder denoising
+
+SEQ2SEQ_KEYS = {"input_ids", "input_mask", "decoder_input_ids", "decoder_input_mask", "targets", "target_weights"}
+
+
+@pytest.fixture(scope="module")
+def embedded_documents():
+    """The first 30 documents of the embedded corpus under a wordpiece vocab with T5's 100
+    sentinels and under the byte-level BPE with an added <mask>."""
+    import itertools
+
+    from bertology.data.corpus import read_documents
+    from bertology.data.embedded import BYTE_BPE_VOCAB, DEFAULT_VOCAB, embedded_corpus_path
+    from bertology.data.tokenizers import load_tokenizer
+
+    texts = list(itertools.islice(read_documents([embedded_corpus_path()]), 30))
+    out = {}
+    for name, tok in [("t5", load_tokenizer(DEFAULT_VOCAB, extra_ids=100)),
+                      ("bart", load_tokenizer(BYTE_BPE_VOCAB, add_mask=True))]:
+        out[name] = tok, [[np.array(tok.encode(s), np.int32) for s in d] for d in texts]
+    return out
+
+
+def check_contract(batch, rows, source, target, start=None):
+    assert SEQ2SEQ_KEYS <= set(batch)
+    for k in SEQ2SEQ_KEYS | ({"decoder_positions"} & set(batch)):
+        assert batch[k].shape == (rows, source if k.startswith("input") else target), k
+        assert batch[k].dtype == (np.float32 if k == "target_weights" else np.int32), k
+    w = batch["target_weights"]
+    np.testing.assert_array_equal(batch["decoder_input_mask"], w)
+    if start is not None:  # decoder inputs are the targets shifted right behind the start id
+        assert (batch["decoder_input_ids"][:, 0] == start).all()
+        after = w[:, 1:] > 0
+        np.testing.assert_array_equal(batch["decoder_input_ids"][:, 1:][after], batch["targets"][:, :-1][after])
+
+
+def test_span_corruption_rows_rebuild_the_chunks(embedded_documents):
+    tok, documents = embedded_documents["t5"]
+    c = cfg(objective="span_corruption", max_seq_length=128)
+    transform = transforms.make(c, tok)
+    assert (transform.raw_length, transform.target_length) == (141, 29)  # T5's helper
+    inst = transform.instances(documents, np.random.default_rng(0))
+    # The chunks are the shuffled documents' tokens back to back, 141 per row.
+    order = np.random.default_rng(0).permutation(len(documents))
+    flat = np.concatenate([s for i in order for s in documents[i]])
+    np.testing.assert_array_equal(inst["input_ids"][inst["input_mask"] == 1], flat[: inst["input_mask"].sum()])
+    batch = transform.corrupt(inst, np.random.default_rng(1))
+    rows = len(inst["input_ids"])
+    check_contract(batch, rows, 128, 29, start=tok.pad_id)
+    full = inst["input_mask"].sum(1) == 141
+    assert full[:-1].all() and (batch["input_mask"][full].sum(1) == 128).all()  # exactly max_seq_length
+    assert (batch["target_weights"][full].sum(1) == 29).all()
+    top = tok.vocab_size - 100
+    for r in range(rows):
+        inputs = batch["input_ids"][r][batch["input_mask"][r] == 1]
+        targets = batch["targets"][r][batch["target_weights"][r] == 1]
+        assert inputs[-1] == targets[-1] == tok.eos_id
+        spans = {p[0]: p[1:] for p in np.split(targets[:-1], np.flatnonzero(targets[:-1] >= top))[1:]}
+        rebuilt = np.concatenate([spans[t] if t >= top else [t] for t in inputs[:-1]])
+        np.testing.assert_array_equal(rebuilt, inst["input_ids"][r][inst["input_mask"][r] == 1])
+
+
+@pytest.mark.parametrize("kind,target", [("iid", "sentinels"), ("bert", "full"), ("mass_style", "full"),
+                                         ("drop", "noise"), ("deshuffle", "full"), ("prefix_lm", "kept")])
+def test_t5_objective_table_rows(embedded_documents, kind, target):
+    tok, documents = embedded_documents["t5"]
+    transform = transforms.make(cfg(objective="span_corruption", max_seq_length=64, noise={"kind": kind}), tok)
+    inst = transform.instances(documents, np.random.default_rng(0))
+    batch = transform.corrupt(inst, np.random.default_rng(1))
+    check_contract(batch, len(inst["input_ids"]), 64, 64, start=tok.pad_id)
+    chunks = [r[m == 1] for r, m in zip(inst["input_ids"], inst["input_mask"])]
+    inputs = [r[m == 1][:-1] for r, m in zip(batch["input_ids"], batch["input_mask"])]
+    targets = [r[w == 1][:-1] for r, w in zip(batch["targets"], batch["target_weights"])]
+    for chunk, x, y in zip(chunks, inputs, targets):
+        if target == "full":
+            np.testing.assert_array_equal(y, chunk)
+        if kind == "drop":  # inputs and targets split the chunk in order
+            assert len(x) + len(y) == len(chunk) and set(x) | set(y) == set(chunk)
+        if kind == "prefix_lm":
+            np.testing.assert_array_equal(np.concatenate([x, y]), chunk)
+            assert len(x) >= 1 and len(y) >= 1
+        if kind == "deshuffle":
+            assert sorted(x) == sorted(chunk)
+        if kind in ("bert", "mass_style"):
+            assert len(x) == len(chunk)
+    noise = np.mean([(x != c).mean() for x, c in zip(inputs, chunks) if len(x) == len(c)]) if kind in (
+        "bert", "mass_style") else None
+    if noise is not None:
+        assert noise == pytest.approx(0.15, abs=0.03)  # the noise density
+
+
+def test_bart_rows_reconstruct_the_block(embedded_documents):
+    tok, documents = embedded_documents["bart"]
+    transform = transforms.make(cfg(objective="bart", max_seq_length=64), tok)
+    inst = transform.instances(documents, np.random.default_rng(0))
+    batch = transform.corrupt(inst, np.random.default_rng(1))
+    check_contract(batch, len(inst["input_ids"]), 64, 64, start=tok.eos_id)
+    np.testing.assert_array_equal(batch["targets"], np.where(inst["input_mask"] == 1, inst["input_ids"], tok.pad_id))
+    n = batch["input_mask"].sum(1)
+    rows = np.arange(len(n))
+    assert (batch["input_ids"][:, 0] == tok.cls_id).all() and (batch["input_ids"][rows, n - 1] == tok.eos_id).all()
+    assert (batch["input_ids"] == tok.mask_id).any(axis=1).mean() > 0.9
+    assert n.sum() < inst["input_mask"].sum()  # spans of several tokens collapse into one <mask>
+
+
+def test_mass_rows(embedded_documents):
+    tok, documents = embedded_documents["bart"]
+    transform = transforms.make(cfg(objective="mass", max_seq_length=64), tok)
+    inst = transform.instances(documents, np.random.default_rng(0))
+    batch = transform.corrupt(inst, np.random.default_rng(1))
+    check_contract(batch, len(inst["input_ids"]), 64, 32)
+    for r in range(len(inst["input_ids"])):
+        row = inst["input_ids"][r]
+        m = int(batch["target_weights"][r].sum())
+        pos = batch["decoder_positions"][r, :m]
+        assert m == round(inst["input_mask"][r].sum() / 2) and (np.diff(pos) == 1).all()
+        np.testing.assert_array_equal(batch["decoder_input_ids"][r, :m], row[pos])  # the real token before it
+        np.testing.assert_array_equal(batch["targets"][r, :m], row[pos + 1])
+        np.testing.assert_array_equal(batch["input_mask"][r], inst["input_mask"][r])
+
+
+@pytest.mark.parametrize("objective,corpus,noise", [("span_corruption", "t5", {}),
+                                                    ("span_corruption", "t5", {"kind": "prefix_lm"}),
+                                                    ("bart", "bart", {}), ("mass", "bart", {})])
+def test_denoising_streams_resume_exactly(embedded_documents, objective, corpus, noise):
+    tok, documents = embedded_documents[corpus]
+    documents = documents[:4]
+    c = cfg(objective=objective, max_seq_length=32, noise=noise)
+    a = take(PretrainingStream(documents, tok, c, batch_size=8, seed=1), 12)
+    b = take(PretrainingStream(documents, tok, c, batch_size=8, seed=1), 12)
+    assert all(same(x, y) for x, y in zip(a, b))
+    s = PretrainingStream(documents, tok, c, batch_size=8, seed=0)
+    while s.get_state()["pass"] < 1 or s.get_state()["offset"] == 0:  # resume mid-way through pass 1
+        next(s)
+    state = s.get_state()
+    expected = take(s, 6)
+    r = PretrainingStream(documents, tok, c, batch_size=8, seed=0)
+    r.set_state(state)
+    assert all(same(x, y) for x, y in zip(expected, take(r, 6)))
+    p0, p1 = s._build_pass(0), s._build_pass(1)
+    assert not same(p0, p1)  # noise drawn afresh every pass
+
+
+def test_denoising_config_errors(embedded_documents):
+    t5, _ = embedded_documents["t5"]
+    from bertology.data.embedded import BYTE_BPE_VOCAB
+    from bertology.data.tokenizers import load_tokenizer
+
+    with pytest.raises(UserError, match=r"data.noise.kind='spam' is unknown; use one of spans, iid"):
+        transforms.make(cfg(objective="span_corruption", noise={"kind": "spam"}), t5)
+    with pytest.raises(UserError, match=r"data.noise.lambda does not apply to data.objective='bart'"):
+        transforms.make(cfg(objective="bart", noise={"lambda": 3}), t5)
+    with pytest.raises(UserError, match="extra_ids=100"):
+        transforms.make(cfg(objective="span_corruption"), load_tokenizer(BYTE_BPE_VOCAB))
+    with pytest.raises(UserError, match="add_mask=True"):
+        transforms.make(cfg(objective="bart"), load_tokenizer(BYTE_BPE_VOCAB))

@@ -11,6 +11,13 @@ Transforms here:
   corruption (data.masking = static | dynamic, data.mask_unit).
 - `causal`: GPT's rows, documents packed several per row, next-token targets within each piece.
 - `prefix_lm`: T5's prefix LM / UniLM's seq2seq rows, one piece per row split at a random point.
+- `span_corruption`, `bart`, `mass`: encoder-decoder denoising (T5 and its objective table, BART,
+  MASS) with the rules of `noising.py`.
+
+Encoder-decoder rows share one layout: encoder `input_ids`, `input_mask` [rows, Ls]; decoder
+`decoder_input_ids`, `decoder_input_mask` [rows, Lt] (the targets shifted right behind
+data.decoder_start, except MASS, see there), optional `decoder_positions`; loss `targets`,
+`target_weights` [rows, Lt]. Ids and masks are int32, weights float32.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Callable, Sequence
 import ml_collections
 import numpy as np
 
-from bertology.data import packing
+from bertology.data import noising, packing
 from bertology.data.embedded import DEFAULT_LEXICON
 from bertology.data.examples import create_full_sentence_instances, create_pair_instances
 from bertology.data.lexicon import LexiconMatcher
@@ -239,3 +246,261 @@ class PrefixLM(Transform):
         rows["target_weights"] = np.where(after, rows["target_weights"], 0.0).astype(np.float32)
         rows["prefix_length"] = prefix.astype(np.int32)
         return rows
+
+
+def _padded(sequences: Sequence[np.ndarray], length: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """`sequences` as int32 rows of `length` (each cut to it) and their int32 mask."""
+    rows = packing.one_per_row([np.asarray(s[:length], np.int32) for s in sequences], length, pad_id)
+    return rows["input_ids"], rows["input_mask"]
+
+
+def seq2seq_rows(inputs: Sequence[np.ndarray], targets: Sequence[np.ndarray], source_length: int,
+                 target_length: int, pad_id: int, decoder_start: int) -> Batch:
+    """The encoder-decoder batch of (input, target) sequences, cut to the row lengths: decoder
+    inputs are the targets shifted right behind `decoder_start` (teacher forcing)."""
+    input_ids, input_mask = _padded(inputs, source_length, pad_id)
+    target_ids, target_mask = _padded(targets, target_length, pad_id)
+    decoder_ids = np.full_like(target_ids, pad_id)
+    decoder_ids[:, 0] = decoder_start
+    decoder_ids[:, 1:] = target_ids[:, :-1]
+    return {
+        "input_ids": input_ids, "input_mask": input_mask,
+        "decoder_input_ids": np.where(target_mask == 1, decoder_ids, pad_id).astype(np.int32),
+        "decoder_input_mask": target_mask,
+        "targets": target_ids, "target_weights": target_mask.astype(np.float32),
+    }
+
+
+def _noise_options(cfg: ml_collections.ConfigDict, defaults: dict) -> dict:
+    """data.noise over `defaults`; a key the objective does not know is a UserError."""
+    given = ml_collections.ConfigDict(cfg.get("noise") or {}).to_dict()
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise UserError(f"data.noise.{unknown[0]} does not apply to data.objective={cfg.get('objective')!r}; "
+                        f"use {', '.join(defaults)}")
+    return {**defaults, **given}
+
+
+def _document_rows(documents: Sequence[Document], length: int, tokenizer: Tokenizer) -> Batch:
+    """One `<s> ... </s>` piece of a document per row (BART's and MASS's sentences-to-document
+    blocks): [CLS]/<s> in front, EOS at the end, at most `length` tokens."""
+    pieces = packing.document_pieces(documents, length, tokenizer.cls_id, tokenizer.eos_id)
+    rows = packing.one_per_row(pieces, length, tokenizer.pad_id)
+    return {"input_ids": rows["input_ids"], "input_mask": rows["input_mask"]}
+
+
+def _tokens(batch: Batch) -> list[np.ndarray]:
+    return [row[: n] for row, n in zip(batch["input_ids"], batch["input_mask"].sum(axis=1))]
+
+
+def _require_mask(tokenizer: Tokenizer, objective: str) -> int:
+    if tokenizer.mask_id is None:
+        raise UserError(f"data.objective={objective!r} needs a <mask> token and the tokenizer has none; "
+                        "load it with load_tokenizer(..., add_mask=True)")
+    return tokenizer.mask_id
+
+
+# data.noise.kind -> (noise mask, inputs, default targets, default density): the rows of the T5
+# paper's objective table (section 3.3; gin names in the docstring of SpanCorruption).
+T5_KINDS = {
+    "spans": ("spans", "sentinels", "sentinels", 0.15),
+    "iid": ("iid", "sentinels", "sentinels", 0.15),
+    "bert": ("iid", "random_or_sentinel", "full", 0.15),
+    "mass_style": ("iid", "sentinel", "full", 0.15),
+    "drop": ("iid", "drop", "noise", 0.15),
+    "deshuffle": ("iid", "permute", "full", 1.0),
+    "prefix_lm": ("prefix", "prefix", "kept", 0.5),
+}
+T5_TARGETS = ("sentinels", "full", "noise", "kept")
+_SENTINEL = "<extra_id_0>"
+
+
+@register("span_corruption")
+class SpanCorruption(Transform):
+    """T5's denoising objectives (`t5.data.preprocessors.denoise`), one per data.noise.kind:
+
+    | kind | T5 gin | noise mask | encoder input | decoder target |
+    | spans (default) | span_{2,3,5,10}_15_u_u | random spans | a sentinel per span | sentinel, span, ... |
+    | iid | iid_15_u_u (replace spans) | i.i.d. | a sentinel per run | as spans |
+    | bert | iid_15_r10s90_f | i.i.d. | 10% random id, 90% the sentinel | the full chunk |
+    | mass_style | iid_15_m_f | i.i.d. | the sentinel per token | the full chunk |
+    | drop | iid_15_d_d | i.i.d. | noise dropped | the noise only |
+    | deshuffle | all_permute | i.i.d., density 1 | tokens shuffled | the full chunk |
+    | prefix_lm | prefix_lm | a prefix of 1 ... L-1 tokens (density 0.5) | the prefix | the rest |
+
+    data.noise: kind, density (0.15; deshuffle 1.0, prefix_lm 0.5), mean_span (3.0, spans only),
+    targets (sentinels | full | noise | kept: overrides the kind's), random_prob (0.1, bert).
+    Sentinels come from the top of the vocabulary down (`<extra_id_0>` = vocab_size - 1), so the
+    tokenizer must have them there (`load_tokenizer(..., extra_ids=100)`).
+
+    Rows follow T5's pipeline: each pass shuffles the documents, concatenates their tokens (no
+    separator, as `reduce_concat_tokens`) and splits them into raw chunks; every chunk is
+    corrupted and EOS appended to inputs and targets. For `spans` the chunk length comes from
+    `random_spans_lengths`, so full chunks give exactly data.max_seq_length encoder tokens and
+    the decoder rows are the helper's targets length (512 -> 568 raw / 114 targets); other
+    kinds use chunks of max_seq_length - 1 and decoder rows of max_seq_length.
+    data.max_target_length cuts the decoder rows shorter (T5's trim). Decoder inputs start with
+    data.decoder_start (default the pad id: T5 starts with 0 = pad).
+    """
+
+    def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
+        super().__init__(cfg, tokenizer)
+        options = _noise_options(cfg, dict(kind="spans", density=None, mean_span=3.0, targets=None, random_prob=0.1))
+        if options["kind"] not in T5_KINDS:
+            raise UserError(f"data.noise.kind={options['kind']!r} is unknown; use one of {', '.join(T5_KINDS)}")
+        self.mask, self.inputs, targets, density = T5_KINDS[options["kind"]]
+        self.targets = options["targets"] or targets
+        if self.targets not in T5_TARGETS:
+            raise UserError(f"data.noise.targets={self.targets!r} is unknown; use one of {', '.join(T5_TARGETS)}")
+        self.density = density if options["density"] is None else float(options["density"])
+        self.mean_span, self.random_prob = float(options["mean_span"]), float(options["random_prob"])
+        length = cfg.max_seq_length
+        if self.mask == "spans":
+            self.raw_length, target_length = noising.random_spans_lengths(length, self.density, self.mean_span)
+        else:
+            self.raw_length, target_length = length - 1, length
+        self.target_length = cfg.get("max_target_length") or target_length
+        start = cfg.get("decoder_start")
+        self.decoder_start = tokenizer.pad_id if start is None else start
+        if "sentinel" in self.inputs + self.targets:
+            top = tokenizer.convert_ids_to_tokens([tokenizer.vocab_size - 1])[0]
+            if top != _SENTINEL:
+                raise UserError(f"T5 noising needs the sentinel {_SENTINEL} as the last id of the vocabulary "
+                                f"but it is {top!r}; load the tokenizer with load_tokenizer(..., extra_ids=100)")
+
+    def instances(self, documents: Sequence[Document], rng: np.random.Generator) -> Batch:
+        order = rng.permutation(len(documents))
+        tokens = [np.asarray(s, np.int32) for i in order for s in documents[i]]
+        tokens = np.concatenate(tokens) if tokens else np.zeros(0, np.int32)
+        chunks = [tokens[at : at + self.raw_length] for at in range(0, len(tokens), self.raw_length)]
+        ids, mask = _padded([c for c in chunks if len(c) >= 2], self.raw_length, self.tokenizer.pad_id)
+        return {"input_ids": ids, "input_mask": mask}
+
+    def _noise_mask(self, length: int, rng: np.random.Generator) -> np.ndarray:
+        if self.mask == "spans":
+            return noising.random_spans_noise_mask(length, self.density, self.mean_span, rng)
+        if self.mask == "iid":
+            return noising.iid_noise_mask(length, self.density, rng)
+        return noising.random_prefix_noise_mask(length, self.density, rng)
+
+    def _inputs(self, tokens: np.ndarray, noise: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        vocab = self.tokenizer.vocab_size
+        return {
+            "sentinels": lambda: noising.noise_span_to_unique_sentinel(tokens, noise, vocab),
+            "random_or_sentinel": lambda: noising.noise_token_to_random_token_or_sentinel(
+                tokens, noise, vocab, rng, self.random_prob),
+            "sentinel": lambda: noising.noise_token_to_sentinel(tokens, noise, vocab),
+            "drop": lambda: noising.drop_noise_tokens(tokens, noise),
+            "permute": lambda: noising.permute_noise_tokens(tokens, noise, rng),
+            "prefix": lambda: noising.drop_nonnoise_tokens(tokens, noise),
+        }[self.inputs]()
+
+    def _targets(self, tokens: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        return {
+            "sentinels": lambda: noising.nonnoise_span_to_unique_sentinel(tokens, noise, self.tokenizer.vocab_size),
+            "full": lambda: tokens,
+            "noise": lambda: noising.drop_nonnoise_tokens(tokens, noise),
+            "kept": lambda: noising.drop_noise_tokens(tokens, noise),
+        }[self.targets]()
+
+    def corrupt(self, batch: Batch, rng: np.random.Generator) -> Batch:
+        eos = [self.tokenizer.eos_id]
+        inputs, targets = [], []
+        for tokens in _tokens(batch):
+            noise = self._noise_mask(len(tokens), rng)
+            inputs.append(np.concatenate([self._inputs(tokens, noise, rng), eos]))
+            targets.append(np.concatenate([self._targets(tokens, noise), eos]))
+        return seq2seq_rows(inputs, targets, self.cfg.max_seq_length, self.target_length, self.tokenizer.pad_id,
+                            self.decoder_start)
+
+
+@register("bart")
+class BartDenoising(Transform):
+    """BART's noising (fairseq `DenoisingDataset`): one `<s> ... </s>` block of a document per
+    row (at most data.max_seq_length tokens), noised afresh every pass; the decoder reconstructs
+    the block (targets = the original, decoder inputs = it shifted right behind
+    data.decoder_start, default EOS as in fairseq and Hugging Face's BART).
+
+    data.noise keys are fairseq's flags, defaulting to the one official BART pretraining command
+    (fairseq#1899): mask 0.3 (share of *words* masked), mask_length "span-poisson" (text infilling;
+    "word" or "subword": one word / token per span), poisson_lambda 3.5 (the paper says 3),
+    replace_length 1 (one <mask> per span; 0 deletes the span, -1 masks every token of it),
+    mask_random 0.1, permute_sentences 1.0, rotate 0.0 (fairseq's task default is 0.5: a trap),
+    insert 0.0. Token masking is mask_length "subword" with replace_length 1, token deletion
+    "subword" with 0. Sentences end at the tokenizer's "." token (fairseq: GPT-2's "."). A source
+    that insertions make longer than the row keeps its first max_seq_length - 1 tokens and EOS.
+    """
+
+    def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
+        super().__init__(cfg, tokenizer)
+        options = _noise_options(cfg, dict(mask=0.3, mask_length="span-poisson", poisson_lambda=3.5, replace_length=1,
+                                           mask_random=0.1, permute_sentences=1.0, rotate=0.0, insert=0.0))
+        lengths = ("span-poisson", "word", "subword")
+        if options["mask_length"] not in lengths:
+            raise UserError(f"data.noise.mask_length={options['mask_length']!r} is unknown; use one of "
+                            f"{', '.join(lengths)}")
+        if options["replace_length"] not in (-1, 0, 1):
+            raise UserError(f"data.noise.replace_length={options['replace_length']!r} is unknown; use -1, 0 or 1")
+        self.options = options
+        self.mask_id = _require_mask(tokenizer, "bart")
+        self.full_stop = tokenizer.convert_tokens_to_ids(["."])[0]
+        if options["permute_sentences"] > 0 and self.full_stop == tokenizer.unk_id:
+            raise UserError("the tokenizer has no '.' token to end sentences at; set data.noise.permute_sentences=0")
+        if options["mask_length"] == "subword":
+            self.word_starts = np.ones(tokenizer.vocab_size, bool)
+        else:
+            self.word_starts = np.asarray(tokenizer.word_starts(np.arange(tokenizer.vocab_size)), bool)
+        self.span_probs = (noising.poisson_span_probs(options["poisson_lambda"])
+                           if options["mask_length"] == "span-poisson" else None)
+        start = cfg.get("decoder_start")
+        self.decoder_start = tokenizer.eos_id if start is None else start
+
+    def instances(self, documents: Sequence[Document], rng: np.random.Generator) -> Batch:
+        return _document_rows(documents, self.cfg.max_seq_length, self.tokenizer)
+
+    def corrupt(self, batch: Batch, rng: np.random.Generator) -> Batch:
+        o, length = self.options, self.cfg.max_seq_length
+        targets = _tokens(batch)
+        inputs = []
+        for tokens in targets:
+            source = noising.bart_noise(
+                tokens, self.word_starts, rng, mask_id=self.mask_id, vocab_size=self.tokenizer.vocab_size,
+                full_stop=self.full_stop, mask=o["mask"], span_probs=self.span_probs,
+                replace_length=o["replace_length"], mask_random=o["mask_random"], permute=o["permute_sentences"],
+                rotate_prob=o["rotate"], insert=o["insert"])
+            inputs.append(source if len(source) <= length else np.concatenate([source[: length - 1], source[-1:]]))
+        return seq2seq_rows(inputs, targets, length, length, self.tokenizer.pad_id, self.decoder_start)
+
+
+@register("mass")
+class MassDenoising(Transform):
+    """MASS's masked sequence-to-sequence rows (`noising.mass_noise`): one `<s> ... </s>` block of
+    a document per row; a fragment of round(n·ratio) tokens is masked in the encoder input
+    (80% <mask>, 10% random, 10% kept) and is the decoder's target. The decoder input is the
+    fragment shifted right by one with the real token before it (so no data.decoder_start), and
+    `decoder_positions` are the decoder inputs' positions in the block. Decoder rows hold
+    ceil(max_seq_length / 2) tokens. data.noise: ratio 0.5, mask_prob 0.8, random_prob 0.1.
+    MASS's decoder also ignores the encoder's <mask> positions in cross-attention
+    (`enc_mask = x1 != mask_index`); that is the model's to do.
+    """
+
+    def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
+        super().__init__(cfg, tokenizer)
+        self.options = _noise_options(cfg, dict(ratio=0.5, mask_prob=0.8, random_prob=0.1))
+        self.mask_id = _require_mask(tokenizer, "mass")
+
+    def instances(self, documents: Sequence[Document], rng: np.random.Generator) -> Batch:
+        return _document_rows(documents, self.cfg.max_seq_length, self.tokenizer)
+
+    def corrupt(self, batch: Batch, rng: np.random.Generator) -> Batch:
+        length, pad = self.cfg.max_seq_length, self.tokenizer.pad_id
+        examples = [noising.mass_noise(tokens, rng, mask_id=self.mask_id, vocab_size=self.tokenizer.vocab_size,
+                                       **self.options) for tokens in _tokens(batch)]
+        fragment = (length + 1) // 2
+        input_ids, input_mask = _padded([e["inputs"] for e in examples], length, pad)
+        decoder_ids, decoder_mask = _padded([e["decoder_inputs"] for e in examples], fragment, pad)
+        targets, _ = _padded([e["targets"] for e in examples], fragment, pad)
+        positions, _ = _padded([e["positions"] for e in examples], fragment, 0)
+        return {"input_ids": input_ids, "input_mask": input_mask, "decoder_input_ids": decoder_ids,
+                "decoder_input_mask": decoder_mask, "decoder_positions": positions, "targets": targets,
+                "target_weights": decoder_mask.astype(np.float32)}

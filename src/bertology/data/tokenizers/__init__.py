@@ -2,7 +2,8 @@
 
 A `.txt` file is a BERT WordPiece vocab, a `.model` file a SentencePiece model, and a directory
 holding `vocab.json` + `merges.txt` (or that `vocab.json` itself) a GPT-2 / RoBERTa byte-level BPE;
-`load_tokenizer` picks the implementation from the path.
+`load_tokenizer` picks the implementation from the path, and appends T5's sentinels or a
+`<mask>` on request (`added.AddedTokens`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from bertology.data.tokenizers.added import MASK, AddedTokens, sentinel_tokens
 from bertology.data.tokenizers.bytebpe import ByteLevelBPETokenizer
 from bertology.data.tokenizers.spm import SentencePieceTokenizer
 from bertology.data.tokenizers.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
@@ -23,6 +25,7 @@ __all__ = [
     "WordPieceTokenizer",
     "SentencePieceTokenizer",
     "ByteLevelBPETokenizer",
+    "AddedTokens",
     "load_tokenizer",
     "tokenizer_files",
 ]
@@ -53,13 +56,27 @@ class Tokenizer(Protocol):
     def word_starts(self, ids: np.ndarray) -> np.ndarray: ...
 
 
-def load_tokenizer(path: str | os.PathLike, *, do_lower_case: bool | None = None) -> Tokenizer:
+def load_tokenizer(
+    path: str | os.PathLike, *, do_lower_case: bool | None = None, extra_ids: int = 0, add_mask: bool = False
+) -> Tokenizer:
     """Open a WordPiece vocab (`.txt`), a SentencePiece model (`.model`) or a byte-level BPE.
 
     For a vocab, `do_lower_case=None` infers the casing from the vocab itself: a vocab with any
     upper-case token (besides the specials) is cased. SentencePiece models normalise text
     themselves and byte-level BPE never changes it, so `do_lower_case` must stay None for them.
+
+    `add_mask` appends a `<mask>` where the vocabulary has no mask token (BART's infilling on
+    GPT-2's vocab); `extra_ids` then appends T5's sentinels `<extra_id_0..extra_ids-1>`, so that
+    `<extra_id_0>` is the last id, as Hugging Face's `T5Tokenizer(extra_ids=100)` numbers them.
     """
+    if extra_ids < 0:
+        raise UserError(f"extra_ids={extra_ids} is negative; use 0 (none) or T5's 100")
+    tokenizer = _load(path, do_lower_case)
+    added = ([MASK] if add_mask and tokenizer.mask_id is None else []) + sentinel_tokens(extra_ids)
+    return AddedTokens(tokenizer, added) if added else tokenizer
+
+
+def _load(path: str | os.PathLike, do_lower_case: bool | None) -> Tokenizer:
     files = tokenizer_files(path)
     kind = files[0].suffix
     if kind in (".model", ".json") and do_lower_case is not None:

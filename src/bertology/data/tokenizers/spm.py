@@ -1,8 +1,11 @@
 """SentencePiece (unigram or BPE) models behind the common `Tokenizer` interface.
 
 ALBERT-style models (`<pad>`, `<unk>`, `[CLS]`, `[SEP]`, `[MASK]`, as `train_tokenizer` writes
-them) and RoBERTa/XLM-R-style models (`<s>`, `</s>`, `<pad>`, `<mask>`, `<unk>`) are both
-accepted; which one a model uses is read from its pieces, not assumed from ids. Any lower-casing
+them), RoBERTa/XLM-R-style models (`<s>`, `</s>`, `<pad>`, `<mask>`, `<unk>`) and T5-style models
+(`<pad>`=0, `</s>`=1, `<unk>`=2 and nothing else: `</s>` plays [CLS] and [SEP] too, and there is no
+mask token; T5's 100 `<extra_id_k>` sentinels are added on top by `load_tokenizer(extra_ids=100)`,
+as Hugging Face's T5Tokenizer adds them) are accepted; which one a model uses is read from its
+pieces, not assumed from ids. Any lower-casing
 is part of the model's own normaliser, so the wrapper adds none.
 """
 
@@ -18,10 +21,11 @@ import sentencepiece
 from bertology.errors import UserError
 
 WORD_START = "\u2581"
-# Role -> piece, for each convention: (cls, sep, pad, mask, unk).
+# Role -> piece, for each convention: (cls, sep, pad, mask, unk); None: the convention has none.
 _CONVENTIONS = {
     "albert": ("[CLS]", "[SEP]", "<pad>", "[MASK]", "<unk>"),
     "roberta": ("<s>", "</s>", "<pad>", "<mask>", "<unk>"),
+    "t5": ("</s>", "</s>", "<pad>", None, "<unk>"),
 }
 
 
@@ -45,7 +49,8 @@ class SentencePieceTokenizer:
         self.eos_id = self.sep_id  # `</s>` or `[SEP]`: ends a document for causal LMs
         sp = self._sp
         self.special_ids = frozenset(
-            [*roles, *(i for i in range(self.vocab_size) if sp.is_control(i) or sp.is_unknown(i))]
+            [*(r for r in roles if r is not None),
+             *(i for i in range(self.vocab_size) if sp.is_control(i) or sp.is_unknown(i))]
         )
         self._word_start = np.array(
             [
@@ -76,15 +81,15 @@ class SentencePieceTokenizer:
         """True where a piece starts a word (leading ▁) or is special; same shape as `ids`."""
         return self._word_start[np.asarray(ids)]
 
-    def _detect_specials(self, path: pathlib.Path) -> tuple[str, tuple[int, ...]]:
+    def _detect_specials(self, path: pathlib.Path) -> tuple[str, tuple[int | None, ...]]:
         for convention, pieces in _CONVENTIONS.items():
-            ids = tuple(self._sp.piece_to_id(p) for p in pieces)
+            ids = tuple(None if p is None else self._sp.piece_to_id(p) for p in pieces)
             # piece_to_id answers the unknown id for a missing piece, so check the round trip.
-            if all(self._sp.id_to_piece(i) == p for i, p in zip(ids, pieces)):
+            if all(p is None or self._sp.id_to_piece(i) == p for i, p in zip(ids, pieces)):
                 return convention, ids
-        albert, roberta = (" ".join(pieces) for pieces in _CONVENTIONS.values())
+        albert, roberta, t5 = (" ".join(p for p in pieces if p) for pieces in _CONVENTIONS.values())
         raise UserError(
             f"sentencepiece model {path} has neither the ALBERT specials ({albert}) nor the "
-            f"RoBERTa ones ({roberta}); retrain it with "
+            f"RoBERTa ones ({roberta}) nor T5's ({t5}); retrain it with "
             "`python -m bertology.tokenizer --kind unigram`"
         )

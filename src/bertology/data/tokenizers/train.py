@@ -42,9 +42,11 @@ KINDS = ("wordpiece", "unigram", "bpe", "bytebpe")
 _SUFFIX = {"wordpiece": ".txt", "unigram": ".model", "bpe": ".model"}  # bytebpe writes a directory
 # Where the special pieces go. ALBERT: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, no <s> / </s>.
 # RoBERTa (fairseq's dictionary order): <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4.
+# T5 (its released spiece.model): <pad>=0, </s>=1, <unk>=2, no <s>; the sentinels are added on load.
 SPECIALS = {
     "albert": dict(pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"]),
     "roberta": dict(bos_id=0, pad_id=1, eos_id=2, unk_id=3, user_defined_symbols=["<mask>"]),
+    "t5": dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1),
 }
 # Byte-level BPE: (specials before the bytes, specials after the merged tokens). GPT-2 ends its
 # vocab with <|endoftext|>; RoBERTa (fairseq) starts with <s> <pad> </s> <unk> and ends with <mask>.
@@ -72,8 +74,8 @@ def train_tokenizer(
     in `.txt` for wordpiece (a BERT vocab.txt) and `.model` for unigram / bpe; for bytebpe it is
     the directory that gets `vocab.json` + `merges.txt`. `do_lower_case=None` lower-cases except
     for bytebpe, which keeps the text byte for byte and cannot lower-case. `specials` picks the
-    special-token layout, the first one of each table being the default: `albert` or `roberta`
-    for unigram / bpe (SPECIALS), `gpt2` or `roberta` for bytebpe (BYTE_BPE_SPECIALS).
+    special-token layout, the first one of each table being the default: `albert`, `roberta` or
+    `t5` for unigram / bpe (SPECIALS), `gpt2` or `roberta` for bytebpe (BYTE_BPE_SPECIALS).
     """
     if kind not in KINDS:
         raise UserError(f"unknown tokenizer kind {kind!r}; use one of {', '.join(KINDS)}")
