@@ -170,8 +170,8 @@ def test_squad_files_of_the_wrong_kind(tmp_path):
     assert [e["id"] for e in data["train"]] == ["q2", "q3", "q4", "q5"]
     assert data.reads["train"].skipped == {"answer text not at its answer_start": 1}
     for article in doc["data"]:  # a dev file without answers cannot be scored
-        for qa in article["paragraphs"][0]["qas"]:
-            qa["answers"] = []
+        for question in article["paragraphs"][0]["qas"]:
+            question["answers"] = []
     write(tmp_path / "dev-v1.1.json", json.dumps(doc))
     with pytest.raises(UserError, match=r"dev-v1\.1\.json gave no labelled example \(5 answerable question without"):
         tasks.get("squad_v1").load(str(tmp_path), None)
