@@ -1,6 +1,7 @@
 """Task builders read the official formats; QA windows map characters to tokens and back."""
 
 import importlib
+import json
 import pathlib
 
 import numpy as np
@@ -10,6 +11,7 @@ from bertology import tasks
 from bertology.data.embedded import DEFAULT_VOCAB
 from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
+from bertology.evaluation import conll as conll_metrics
 from bertology.tasks import embedded, encode, qa
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -20,26 +22,110 @@ def tokenizer():
     return load_tokenizer(DEFAULT_VOCAB)
 
 
-def load(name, sub):
-    return tasks.get(name).load(str(FIXTURES / sub), None, log=lambda _: None)
+def load(name, sub, log=None):
+    return tasks.get(name).load(str(FIXTURES / sub), None, log=log or (lambda _: None))
 
 
-def test_glue_formats():
-    sst = load("sst2", "glue/SST-2")
-    assert [len(sst[s]) for s in ("train", "validation", "test")] == [8, 3, 2]
-    assert sst["train"][1] == {"idx": 1, "text_a": "unflinchingly bleak and desperate ", "text_b": "", "label": 0}
-    assert sst["test"][0]["label"] == -1 and sst["test"][0]["idx"] == 0
-    cola = load("cola", "glue/CoLA")  # train/dev without a header; test with one
-    assert cola["train"][2]["text_a"] == "They drank the pub." and cola["train"][2]["label"] == 0
-    assert cola["test"][0]["text_a"] == "Bill whistled past the house."
-    mnli = load("mnli", "glue/MNLI")
-    assert set(mnli) == {"train", "validation_matched", "validation_mismatched", "test_matched"}
-    assert mnli["validation_matched"][1]["label"] == tasks.get("mnli").labels.index("contradiction")
-    assert tasks.get("mnli").eval_splits == ("validation_matched", "validation_mismatched")
-    sts = load("stsb", "glue/STS-B")
-    assert sts["train"][1]["label"] == pytest.approx(3.8) and sts["train"][1]["text_b"] == "A man is playing a flute."
-    mrpc = load("mrpc", "glue/MRPC")  # the quote characters are text, not CSV quoting
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def glue_dir(tmp_path, directory, train, dev):
+    """A GLUE task directory with the given train.tsv and dev.tsv contents."""
+    write(tmp_path / directory / "train.tsv", train)
+    write(tmp_path / directory / "dev.tsv", dev)
+    return str(tmp_path / directory)
+
+
+def test_mrpc_header_with_byte_order_mark_reads_labels():
+    """The GLUE download copies the MSR release's BOM into MRPC's train/dev headers."""
+    assert (FIXTURES / "glue/MRPC/train.tsv").read_bytes().startswith(b"\xef\xbb\xbfQuality\t#1 ID")
+    mrpc = load("mrpc", "glue/MRPC")
+    assert [e["label"] for e in mrpc["train"]] == [1, 0, 1, 0, 1]
+    assert [e["label"] for e in mrpc["validation"]] == [1, 0, 0]
+    assert [e["idx"] for e in mrpc["test"]] == [0, 1] and {e["label"] for e in mrpc["test"]} == {-1}
+    # a quote is text, not CSV quoting, even at the start of a field
     assert mrpc["train"][0]["text_a"].startswith('Amrozi accused his brother , whom he called " the witness "')
+    assert mrpc["validation"][0]["text_b"] == '" The foodservice pie business does not fit our long-term growth strategy .'
+    assert mrpc.reads["train"].kept == 5 and not mrpc.reads["train"].skipped
+
+
+def test_glue_layouts():
+    cola = load("cola", "glue/CoLA")  # train/dev without a header; test with one
+    assert [e["label"] for e in cola["train"]] == [1, 1, 1, 1, 1, 0, 0, 1]
+    assert cola["train"][5]["text_a"] == "They drank the pub."
+    assert cola["test"][0] == {"idx": 0, "text_a": "Bill whistled past the house.", "text_b": "", "label": -1}
+    sst = load("sst2", "glue/SST-2")
+    assert [len(sst[s]) for s in ("train", "validation", "test")] == [10, 3, 2]
+    assert sst["train"][4]["text_a"] == "on the worst revenge-of-the-nerds clich\u00e9s the filmmakers could dredge up "
+    mnli = load("mnli", "glue/MNLI")  # train 12 columns, the two dev sets 16, test 10
+    labels = tasks.get("mnli").labels
+    assert set(mnli) == {"train", "validation_matched", "validation_mismatched", "test_matched"}
+    assert tasks.get("mnli").eval_splits == ("validation_matched", "validation_mismatched")
+    assert [labels[e["label"]] for e in mnli["validation_matched"]] == ["neutral", "contradiction", "entailment"]
+    assert [labels[e["label"]] for e in mnli["validation_mismatched"]] == ["contradiction", "contradiction"]
+    assert mnli["train"][5]["text_a"].startswith('"If you can\'t find it')  # unbalanced quotes stay text
+    assert mnli["validation_mismatched"][1]["text_b"].endswith('"as some say.')
+    sts = load("stsb", "glue/STS-B")
+    assert [e["label"] for e in sts["train"]] == pytest.approx([5.0, 3.8, 3.8, 2.6, 0.0, 4.25])
+    assert sts["train"][1]["text_b"] == "A man is playing a flute." and sts["test"][0]["label"] == -1.0
+    for name, directory, train in (("qnli", "QNLI", ["not_entailment", "not_entailment", "entailment"]),
+                                   ("rte", "RTE", ["not_entailment", "entailment", "entailment"]),
+                                   ("wnli", "WNLI", ["1", "1", "1", "0"])):
+        data = load(name, f"glue/{directory}")
+        assert [tasks.get(name).labels[e["label"]] for e in data["train"]] == train
+
+
+def test_qqp_broken_rows_are_counted_and_skipped():
+    """QQP's train.tsv has questions broken across lines by a newline: rows with missing fields."""
+    lines = []
+    qqp = load("qqp", "glue/QQP", log=lines.append)
+    assert [e["idx"] for e in qqp["train"]] == [133273, 402555, 360472, 150662, 183004]
+    assert qqp.reads["train"].skipped == {"missing fields": 2} and qqp.reads["train"].kept == 5
+    assert lines[-1] == "glue_qqp: train 5 read, 2 skipped (missing fields); validation 3 read; test 2 read"
+    again = []  # the second load comes from the cache and reports the same
+    assert load("qqp", "glue/QQP", log=again.append).reads == qqp.reads and again == [lines[-1]]
+
+
+def test_glue_stray_and_trailing_tabs(tmp_path):
+    d = glue_dir(tmp_path, "SST-2",
+                 "sentence\tlabel\na fine film \t1\t\na dull\tfilm \t0\nthe worst \t0\n",
+                 "sentence\tlabel\ngood \t1\n")
+    sst = tasks.get("sst2").load(d, None, log=lambda _: None)
+    assert [(e["text_a"], e["label"]) for e in sst["train"]] == [("a fine film ", 1), ("the worst ", 0)]
+    assert sst.reads["train"].skipped == {"extra fields": 1}
+    assert sst.reads["train"].converted == {"trailing tab": 1}
+
+
+@pytest.mark.parametrize("train, dev, message", [
+    # every label missing: the run would train on nothing
+    ("sentence\tlabel\ngood \t1\n", "sentence\tlabel\ngood \t\nbad \t\n",
+     r"SST-2/dev\.tsv gave no labelled example \(2 no label\)"),
+    # a label outside the task's label set names the file and line
+    ("sentence\tlabel\ngood \t1\nbad \t2\n", "sentence\tlabel\ngood \t1\n",
+     r"SST-2/train\.tsv:3: label '2' is not one of \['0', '1'\]"),
+    # not SST-2's header (CoLA's headerless rows)
+    ("gj04\t1\t\tFine.\n", "sentence\tlabel\ngood \t1\n", r"train\.tsv:1: the header lacks column\(s\) \['sentence', 'label'\]"),
+    # the right header but no row with its field count
+    ("sentence\tlabel\ngood\n bad\n", "sentence\tlabel\ngood \t1\n", r"no row has the header's 2 tab-separated fields"),
+])
+def test_glue_files_that_are_not_the_task_fail_in_one_line(tmp_path, train, dev, message):
+    with pytest.raises(UserError, match=message):
+        tasks.get("sst2").load(glue_dir(tmp_path, "SST-2", train, dev), None, log=lambda _: None)
+
+
+def test_glue_wrong_task_and_bad_scores(tmp_path):
+    with pytest.raises(UserError, match=r"header lacks column\(s\) \['#1 String', '#2 String', 'Quality'\]"):
+        tasks.get("mrpc").load(str(FIXTURES / "glue/SST-2"), None, log=lambda _: None)
+    with pytest.raises(UserError, match=r"CoLA/train\.tsv: no row has the header's 4"):  # an SST-2 file given as CoLA
+        tasks.get("cola").load(glue_dir(tmp_path, "CoLA", "good \t1\nbad \t0\n", "gj04\t1\t\tFine.\n"), None)
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    row = "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane.\tA jet.\t{}\n"
+    with pytest.raises(UserError, match=r"STS-B/dev\.tsv:3: score '5.5' is not a number in"):
+        tasks.get("stsb").load(glue_dir(tmp_path, "STS-B", header + row.format("4.0"),
+                                        header + row.format("1.0") + row.format("5.5")), None)
 
 
 def test_missing_files_say_where(tmp_path):
@@ -57,24 +143,99 @@ def test_missing_files_say_where(tmp_path):
             for n in importlib.import_module(f"bertology.tasks.{m}").TASKS} == set(tasks.MODULES)
 
 
-def test_squad_conll_swag_formats():
-    squad = load("squad_v2", "squad")
-    q6 = squad["validation"][-1]
-    assert q6["id"] == "q6" and q6["is_impossible"] and q6["answers"] == []
-    q1 = squad["train"][0]
-    assert q1["answers"][0] == "a golden statue of the Virgin Mary"
-    assert q1["context"][q1["answer_starts"][0]:].startswith(q1["answers"][0])
-    conll = load("conll2003", "conll2003")
+def test_squad_versions():
+    v1 = load("squad_v1", "squad")
+    assert [len(e["answers"]) for e in v1["train"]] == [1] * 5
+    assert [len(e["answers"]) for e in v1["validation"]] == [3] * 5  # the dev set's several crowd answers
+    q1 = v1["validation"][0]
+    assert q1["answers"][:2] == ["a golden statue of the Virgin Mary", "golden statue of the Virgin Mary"]
+    assert all(q1["context"][s:].startswith(a) for a, s in zip(q1["answers"], q1["answer_starts"]))
+    v2 = load("squad_v2", "squad")
+    q6 = v2["validation"][-1]  # unanswerable: its plausible answer is not an answer
+    assert q6["id"] == "q6" and q6["is_impossible"] and q6["answers"] == [] and q6["answer_starts"] == []
+    assert [e["is_impossible"] for e in v2["train"]] == [False] * 5 + [True]
+
+
+def test_squad_files_of_the_wrong_kind(tmp_path):
+    with pytest.raises(UserError, match=r"dev-v1\.1\.json is SQuAD v2\.0, not v1\.1; use task squad_v2"):
+        write(tmp_path / "train-v1.1.json", (FIXTURES / "squad/train-v1.1.json").read_text())
+        write(tmp_path / "dev-v1.1.json", (FIXTURES / "squad/dev-v2.0.json").read_text())
+        tasks.get("squad_v1").load(str(tmp_path), None)
+    doc = json.loads((FIXTURES / "squad/train-v1.1.json").read_text())
+    qas = doc["data"][0]["paragraphs"][0]["qas"]
+    qas[0]["answers"][0]["answer_start"] += 1  # misaligned: skipped and counted, as the reference does
+    write(tmp_path / "train-v1.1.json", json.dumps(doc))
+    write(tmp_path / "dev-v1.1.json", (FIXTURES / "squad/dev-v1.1.json").read_text())
+    data = tasks.get("squad_v1").load(str(tmp_path), None, log=lambda _: None)
+    assert [e["id"] for e in data["train"]] == ["q2", "q3", "q4", "q5"]
+    assert data.reads["train"].skipped == {"answer text not at its answer_start": 1}
+    for article in doc["data"]:  # a dev file without answers cannot be scored
+        for question in article["paragraphs"][0]["qas"]:
+            question["answers"] = []
+    write(tmp_path / "dev-v1.1.json", json.dumps(doc))
+    with pytest.raises(UserError, match=r"dev-v1\.1\.json gave no labelled example \(5 answerable question without"):
+        tasks.get("squad_v1").load(str(tmp_path), None)
+
+
+def test_conll_iob1_original_and_iob2_rerelease_read_the_same():
     labels = tasks.get("conll2003").labels
-    first = conll["train"][0]
+    assert (FIXTURES / "conll2003/eng.train").read_text().startswith("-DOCSTART- -X- O O\n\nEU NNP I-NP I-ORG\n")
+    assert (FIXTURES / "conll2003_iob2/train.txt").read_text().startswith("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\n")
+    iob1, iob2 = load("conll2003", "conll2003"), load("conll2003", "conll2003_iob2")
+    assert iob1 == iob2 and len(iob1["train"]) == 5 and "test" not in iob1
+    first = iob1["train"][0]
     assert first["tokens"][:3] == ["EU", "rejects", "German"]
-    assert [labels[t] for t in first["tags"][:3]] == ["I-ORG", "O", "I-MISC"]
-    assert len(conll["train"]) == 4 and "test" not in conll
-    swag = load("swag", "swag")["train"]
-    assert swag[0]["context"].startswith("Members of the procession")
-    assert swag[0]["endings"][0] == "A drum line passes by walking down the street playing their instruments."
-    assert swag[1]["endings"][3] == "Members of the procession continue to play marching, interspersed."
-    assert [e["label"] for e in swag] == [0, 3, 1, 3]
+    assert [labels[t] for t in first["tags"][:3]] == ["B-ORG", "O", "B-MISC"]
+    dutch = iob1["train"][4]  # adjacent MISC entities: B- in IOB1 only on the second
+    assert [labels[t] for t in dutch["tags"][1:4]] == ["B-MISC", "B-MISC", "I-MISC"]
+    assert iob2.reads["train"].converted == {} and iob1.reads["train"].converted == {
+        "IOB1 entity starts retagged B- (IOB2)": 13}
+
+
+def test_conll_scores_either_scheme_alike():
+    gold1 = [line.split()[-1] for line in (FIXTURES / "conll2003/eng.testa").read_text().splitlines()
+             if line and not line.startswith("-DOCSTART-")]
+    gold2 = [line.split()[-1] for line in (FIXTURES / "conll2003_iob2/valid.txt").read_text().splitlines()
+             if line and not line.startswith("-DOCSTART-")]
+    assert gold1 != gold2 and conll_metrics.to_iob2(gold1) == gold2 == conll_metrics.to_iob2(gold2)
+    pred = ["O"] * len(gold2)
+    pred[2], pred[13:15], pred[16] = "B-ORG", ["B-MISC", "I-MISC"], "B-PER"  # Phil without Simmons is wrong
+    s1, s2 = conll_metrics.entity_scores([gold1], [pred]), conll_metrics.entity_scores([gold2], [pred])
+    assert s1 == s2 and s1["gold_entities"] == 6
+    assert (s1["precision"], s1["recall"]) == pytest.approx((100 * 2 / 3, 100 * 2 / 6))
+
+
+def test_conll_bad_lines_name_file_and_line(tmp_path):
+    write(tmp_path / "train.txt", "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP S-PER\n")
+    write(tmp_path / "valid.txt", "EU NNP B-NP B-ORG\n")
+    with pytest.raises(UserError, match=r"train\.txt:4: unknown NER tag 'S-PER'"):
+        tasks.get("conll2003").load(str(tmp_path), None)
+
+
+def test_swag_csv():
+    swag = load("swag", "swag")
+    train, val = swag["train"], swag["validation"]
+    assert train[0]["context"].startswith("Members of the procession")
+    assert train[0]["endings"][0] == "A drum line passes by walking down the street playing their instruments."
+    assert train[1]["endings"][3] == "Members of the procession continue to play marching, interspersed."
+    assert [e["label"] for e in train] == [0, 3, 1, 3] and [e["label"] for e in val] == [2, 2, 0]
+    assert val[0]["endings"][0] == "She pats her shoulder, then saunters toward someone."  # a quoted comma
+
+
+def test_swag_bad_files(tmp_path):
+    header = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label\n"
+    row = "0,v,1,A b. C,A b.,C,gold,d,e,f,g,{}\n"
+    write(tmp_path / "train.csv", header + row.format(1) + row.format(4))
+    write(tmp_path / "val.csv", header + row.format(0))
+    with pytest.raises(UserError, match=r"train\.csv:3: label '4' is not one of 0-3"):
+        tasks.get("swag").load(str(tmp_path), None)
+    write(tmp_path / "train.csv", header + row.format(1) + "0,v,1,short row\n" + row.format(""))
+    data = tasks.get("swag").load(str(tmp_path), None, log=lambda _: None)
+    assert [e["label"] for e in data["train"]] == [1]
+    assert data.reads["train"].skipped == {"wrong field count": 1, "no label": 1}
+    write(tmp_path / "val.csv", "sentence\tlabel\ngood\t1\n")
+    with pytest.raises(UserError, match=r"val\.csv:1: the header lacks column\(s\) \['sent1'"):
+        tasks.get("swag").load(str(tmp_path), None)
 
 
 def test_embedded_task_has_balanced_real_labels():

@@ -4,7 +4,8 @@ A chunk is a maximal run of tags of one type. Following conlleval, a chunk start
 at an I- or E- that follows O, E- or S-, and whenever the type changes -- so an I- with no B-
 before it (plain IOB1, as CoNLL-2003 is tagged) opens an entity. An entity counts as correct only
 if its start, end and type all match. Precision, recall and F1 are micro-averaged over entities,
-in percent as conlleval prints them.
+in percent as conlleval prints them. `to_iob2` rewrites any of these schemes as IOB2 through the
+same chunks, so a file and its conversion hold the same entities by construction.
 """
 
 from __future__ import annotations
@@ -51,6 +52,14 @@ def chunks(tags: Iterable[str]) -> list[Span]:
             start = i
         prev, prev_kind = tag, kind
     return spans
+
+
+def to_iob2(tags: Iterable[str]) -> list[str]:
+    """The same entities tagged IOB2: B- on every entity's first token, I- on the rest, O elsewhere."""
+    out = ["O"] * len(tags := list(tags))
+    for first, last, kind in chunks(tags):
+        out[first:last + 1] = [f"B-{kind}"] + [f"I-{kind}"] * (last - first)
+    return out
 
 
 def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:

@@ -1,9 +1,13 @@
 """CoNLL-2003 English NER from the shared task's column files.
 
-Each line is `word POS chunk NER`; a blank line ends a sentence and `-DOCSTART-` lines separate
-documents. The files are train.txt / valid.txt / test.txt (the names most mirrors use) or the
-original eng.train / eng.testa / eng.testb. Tags are kept as the release has them (IOB1); the
-scorer follows conlleval, so either scheme scores the same entities.
+Each line is `word POS chunk NER`; a blank line ends a sentence and `-DOCSTART-` lines (`-DOCSTART-
+-X- O O` in the original, `-DOCSTART- -X- -X- O` in re-releases) separate documents. The files are
+the original eng.train / eng.testa / eng.testb or train.txt / valid.txt / test.txt (the names most
+re-releases use). The original is tagged IOB1 (an entity starts with I-; B- only where it directly
+follows one of its type), most re-releases IOB2 (every entity starts with B-). Both are read as
+IOB2 (`evaluation.conll.to_iob2`), so the model learns one scheme whichever release it is given
+and the count of retagged tokens is reported; the scorer follows conlleval, so gold tags in either
+scheme score the same entities.
 """
 
 from __future__ import annotations
@@ -23,21 +27,26 @@ LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "
 FILES = {"train": ("train.txt", "eng.train"), "validation": ("valid.txt", "eng.testa"), "test": ("test.txt", "eng.testb")}
 
 
-def parse(path: pathlib.Path) -> Iterator[Example]:
+def parse(path: pathlib.Path, read: builder.Read) -> Iterator[Example]:
+    read.source = str(path)
     words: list[str] = []
-    tags: list[int] = []
+    tags: list[str] = []
     n = 0
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate([*f, ""], 1):
-            cols = line.split()
-            if cols and cols[0] != "-DOCSTART-":
-                if cols[-1] not in LABELS:
-                    raise UserError(f"{path}:{line_no}: unknown NER tag {cols[-1]!r}; expected one of {LABELS}")
-                words.append(cols[0])
-                tags.append(LABELS.index(cols[-1]))
-            elif words:
-                yield {"idx": n, "tokens": words, "tags": tags}
-                n, words, tags = n + 1, [], []
+    for line_no, line in enumerate([*builder.read_text(path).split("\n"), ""], 1):
+        cols = line.split()
+        if cols and cols[0] != "-DOCSTART-":
+            if len(cols) < 2:
+                raise UserError(f"{path}:{line_no}: {line.strip()!r} is not 'word POS chunk NER'; "
+                                "use the CoNLL-2003 column files")
+            if cols[-1] not in LABELS:
+                raise UserError(f"{path}:{line_no}: unknown NER tag {cols[-1]!r}; expected one of {LABELS}")
+            words.append(cols[0])
+            tags.append(cols[-1])
+        elif words:
+            iob2 = conll_metrics.to_iob2(tags)
+            read.convert("IOB1 entity starts retagged B- (IOB2)", sum(a != b for a, b in zip(tags, iob2)))
+            yield {"idx": n, "tokens": words, "tags": [LABELS.index(t) for t in iob2]}
+            n, words, tags = n + 1, [], []
 
 
 def _find(root: pathlib.Path, split: str) -> pathlib.Path | None:

@@ -62,7 +62,8 @@ def _split_of(i: int) -> str:
     return {8: "validation", 9: "test"}.get(i % 10, "train")
 
 
-def _parse(split: str):
+def _parse(split: str, read: builder.Read):
+    read.source = str(_stdlib())
     classes, sentences = labelled_sentences()
     n = 0
     for label, package in enumerate(classes):
