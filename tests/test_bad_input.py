@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from etils import epath
 
-from bertology import convert, features, finetune, generate, models, pretrain, sweep, tokenizer
+from bertology import convert, features, finetune, generate, models, pretrain, sweep, tokenizer, validation
+from bertology.data import corpus as corpus_lib
 from bertology.data.embedded import BYTE_BPE_VOCAB, DEFAULT_VOCAB
 from bertology.data.tokenizers import load_tokenizer
 from bertology.train.checkpoint import Checkpointer
@@ -197,3 +198,40 @@ def test_bad_input_is_one_line(cli, make_argv, expected, inputs, tmp_path, capsy
     assert len(lines) == 1 and lines[0].startswith(f"bertology.{cli}: error: "), lines
     assert expected in lines[0], lines[0]
     assert not list(tmp_path.iterdir()), f"left behind: {list(tmp_path.iterdir())}"
+
+
+@pytest.mark.parametrize("path, arg", [
+    *((f"configs/{family}.py", preset) for family in ("bert", "roberta", "albert", "electra", "spanbert")
+      for preset in ("tiny", "base", "large")),
+    ("configs/gpt.py", "tiny"), ("configs/gpt.py", "gpt2"),
+    ("configs/finetune/glue.py", "mnli"), ("configs/finetune/squad.py", "v2"), ("configs/finetune/conll.py", None),
+    ("configs/finetune/swag.py", None), ("configs/finetune/embedded.py", None),
+])
+def test_every_shipped_config_passes_validation(path, arg):
+    """The checks refuse bad values only: every recipe as shipped (8 devices, the default mesh) passes,
+    among them fine-tuning's unset total_steps (epochs decide) and the short-run warmup clamp."""
+    config = sweep.load_config(REPO / path, *([arg] if arg else []))
+    validation.check(config)
+
+
+def test_warmup_longer_than_the_run_is_allowed():
+    """The schedule clamps warmup to total_steps, which short runs of the full recipes rely on."""
+    config = sweep.load_config(REPO / "configs" / "bert.py", "base")
+    config.total_steps = 3
+    validation.check(config)
+    assert config.optimizer.warmup_steps == 10_000
+
+
+def test_stray_bytes_in_real_text_are_replaced_and_counted(tmp_path):
+    """Three invalid bytes and a NUL in a text file: the corpus is read, each replaced, and counted in the log."""
+    rng = np.random.default_rng(1)
+    docs = ["\n".join(" ".join(rng.choice(WORDS, 8)) + " ." for _ in range(6)) for _ in range(10)]
+    raw = "\n\n".join(docs).encode()
+    raw = raw[:100] + b"\xff" + raw[100:200] + b"\xfe\x00" + raw[200:300] + b"\xc3" + raw[300:]
+    path = tmp_path / "stray.txt"
+    path.write_bytes(raw)
+    assert corpus_lib.check_text([path]) == 4
+    logged: list[str] = []
+    docs_read = corpus_lib.load_documents(path, load_tokenizer(DEFAULT_VOCAB), DEFAULT_VOCAB, tmp_path / "cache", log=logged.append)
+    assert len(docs_read["train"]) + len(docs_read["validation"]) == 10
+    assert any("replaced 4 NUL or invalid UTF-8" in line for line in logged), logged
