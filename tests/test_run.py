@@ -12,7 +12,6 @@ import numpy as np
 import optax
 import pytest
 
-from bertology.errors import UserError
 from bertology.objectives import Mean, Objective, Terms
 from bertology.train import run as run_lib
 from bertology.train import sharding
@@ -128,11 +127,6 @@ def test_the_step_keeps_state_entries_it_does_not_own():
     assert int(new["step"]) == 1
     assert not np.allclose(new["params"]["Embed_0"]["embedding"], params["Embed_0"]["embedding"])
     jax.tree.map(np.testing.assert_array_equal, new["teacher"], teacher)
-
-
-def test_batch_must_split_into_the_microbatches():
-    with pytest.raises(UserError, match=r"batch_size 8 is not divisible by grad_accum_steps 3"):
-        run_lib.check_batching(config(grad_accum_steps=3))
 
 
 def test_metrics_rows_of_a_resumed_run_replace_the_steps_it_redid(tmp_path):

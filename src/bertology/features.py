@@ -44,8 +44,13 @@ def extract(
 
     if not texts:
         raise UserError("no input sentences; give at least one non-empty line")
+    if max_seq_length < 3:
+        raise UserError(f"max_seq_length={max_seq_length} leaves no room for a token between [CLS] and [SEP]; use at least 3")
     params, config = load_params(checkpoint)
     cfg, encoder_params = models.pretrained_encoder(params, config["model"])
+    if max_seq_length > cfg.max_position_embeddings - cfg.position_offset:
+        raise UserError(f"max_seq_length={max_seq_length} exceeds the encoder's "
+                        f"{cfg.max_position_embeddings - cfg.position_offset} positions; lower it")
     n_layers = cfg.num_layers + 1
     if any(not -n_layers <= i < n_layers for i in layers):
         raise UserError(f"layers {list(layers)} out of range for {cfg.num_layers} layers; use 0..{cfg.num_layers} or negative")
@@ -88,9 +93,16 @@ def main(argv: list[str]) -> int:
         path = pathlib.Path(fv.input)
         if not path.is_file():
             raise UserError(f"input file not found: {path}; give a text file with one sentence per line")
-        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        out = extract(fv.checkpoint, texts, layers=[int(i) for i in fv.layers], max_seq_length=fv.max_seq_length)
-    except (UserError, flags.Error, ValueError) as e:
+        from bertology.data.corpus import check_text
+
+        check_text([path])
+        texts = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+        try:
+            layers = [int(i) for i in fv.layers]
+        except ValueError:
+            raise UserError(f"--layers={','.join(fv.layers)} is not a list of layer numbers; e.g. --layers=-1 or --layers=0,-1") from None
+        out = extract(fv.checkpoint, texts, layers=layers, max_seq_length=fv.max_seq_length)
+    except (UserError, flags.Error) as e:
         print(f"bertology.features: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     np.savez(fv.out, **out)

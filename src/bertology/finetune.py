@@ -56,7 +56,13 @@ def _summary_main(workdirs: list[str]) -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
+    argv = sys.argv if argv is None else argv
+    if argv[1:2] == ["--summary"]:
+        return _summary_main(argv[2:])
+    return cli.run("bertology.finetune", _main, _define, argv)
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--summary"]:
-        sys.exit(_summary_main(sys.argv[2:]))
-    sys.exit(cli.run("bertology.finetune", _main, _define))
+    sys.exit(main())

@@ -32,6 +32,9 @@ def _main(fv: flags.FlagValues) -> None:
     from bertology.train import distributed
 
     distributed.initialize(fv.coordinator, fv.num_processes, fv.process_id, auto=fv.distributed)
+    from bertology import validation
+
+    validation.check(fv.config)  # before the corpus is tokenized (the run checks again after adopting init_checkpoint)
     from bertology.train.loop import train
     from bertology.train.metrics import log
 
@@ -42,5 +45,10 @@ def _main(fv: flags.FlagValues) -> None:
             f"{history[-1]['loss']:.4f} (step {history[-1]['step']}); metrics in {fv.workdir}/metrics.jsonl")
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
+    return cli.run("bertology.pretrain", _main, _define, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(cli.run("bertology.pretrain", _main, _define))
+    sys.exit(main())

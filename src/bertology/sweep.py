@@ -23,7 +23,7 @@ import sys
 import ml_collections
 from absl import flags
 
-from bertology import cli, models
+from bertology import cli, models, validation
 
 
 def flops_per_token(config: ml_collections.ConfigDict, vocab_size: int) -> float:
@@ -53,16 +53,20 @@ def _pretrain_config(c: ml_collections.ConfigDict, family: str, steps: int) -> m
     return pc
 
 
+def _finetune_config(c: ml_collections.ConfigDict, init: str | None) -> ml_collections.ConfigDict:
+    fc = load_config(pathlib.Path(c.configs_dir) / "finetune" / "embedded.py")
+    fc.update(c.finetune.to_dict())
+    fc.init_checkpoint = init
+    fc.mesh.shape = tuple(c.mesh_shape)
+    return fc
+
+
 def _finetune(c: ml_collections.ConfigDict, init: str | None, workdir: pathlib.Path) -> dict:
     from bertology.train.finetune import finetune
 
     if (workdir / "results.json").is_file():
         return json.loads((workdir / "results.json").read_text())
-    fc = load_config(pathlib.Path(c.configs_dir) / "finetune" / "embedded.py")
-    fc.update(c.finetune.to_dict())
-    fc.init_checkpoint = init
-    fc.mesh.shape = tuple(c.mesh_shape)
-    return finetune(fc, workdir)
+    return finetune(_finetune_config(c, init), workdir)
 
 
 def sweep(c: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> list[dict]:
@@ -70,6 +74,12 @@ def sweep(c: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> list[dic
     from bertology.data.embedded import DEFAULT_VOCAB
     from bertology.train.loop import train
 
+    # Every run's config is checked before the first starts: a bad key would otherwise surface
+    # only after the runs before it (minutes to hours), leaving a half-written sweep.
+    validation.check_sweep(c)
+    for family in c.families:
+        validation.check(_pretrain_config(c, family, c.reference_steps))
+    validation.check(_finetune_config(c, None))
     workdir = pathlib.Path(workdir)
     reference = _pretrain_config(c, "bert", c.reference_steps)
     per_ref_step = flops_per_token(reference, load_tokenizer(reference.data.vocab or DEFAULT_VOCAB).vocab_size)
@@ -128,5 +138,10 @@ def _main(fv: flags.FlagValues) -> None:
     print(f"{len(rows)} runs; plot in {fv.workdir}/score_vs_flops.png")
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
+    return cli.run("bertology.sweep", _main, _define, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(cli.run("bertology.sweep", _main, _define))
+    sys.exit(main())

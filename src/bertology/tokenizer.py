@@ -16,7 +16,8 @@ import time
 
 from bertology.data.embedded import embedded_corpus_path
 from bertology.data.tokenizers import load_tokenizer
-from bertology.data.tokenizers.train import BYTE_BPE_SPECIALS, KINDS, SPECIALS, train_tokenizer
+from bertology.data.corpus import check_text
+from bertology.data.tokenizers.train import BYTE_BPE_SPECIALS, KINDS, SPECIALS, corpus_files, train_tokenizer
 from bertology.errors import UserError
 
 _PROG = "bertology.tokenizer"
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"training needs {' '.join(missing)} (or pass --vocab and --text)")
         start = time.perf_counter()
         corpus = args.corpus if args.corpus is not None else embedded_corpus_path()
+        check_text(corpus_files(corpus))
         path = train_tokenizer(
             corpus, args.vocab_size, args.kind, args.out, do_lower_case=False if args.cased else None,
             specials=args.specials,

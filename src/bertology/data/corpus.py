@@ -12,6 +12,7 @@ tokenizer file's content, so editing either rebuilds it and nothing stale is eve
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 import pathlib
@@ -26,6 +27,10 @@ from bertology.errors import UserError
 Document = list[np.ndarray]  # one int32 array of token ids per sentence
 EVAL_EVERY = 50  # document i is held out when (i + 1) % EVAL_EVERY == 0
 MIN_DOCUMENTS = 3
+# A file with more than this fraction of NUL characters or invalid UTF-8 sequences is not text
+# (random bytes, images, archives); below it, the stray bytes of real text are replaced and counted.
+NOT_TEXT_FRACTION = 0.01
+_CHUNK = 1 << 20
 
 
 def corpus_files(corpus: str | pathlib.Path) -> list[pathlib.Path]:
@@ -37,6 +42,33 @@ def corpus_files(corpus: str | pathlib.Path) -> list[pathlib.Path]:
     if not files:
         raise UserError(f"corpus directory {path} holds no files; put one-sentence-per-line text files in it")
     return files
+
+
+def check_text(files: list[pathlib.Path]) -> int:
+    """Refuse, by name, the first file that is not text; return how many stray NULs and invalid
+    UTF-8 sequences the others hold (reading replaces each by U+FFFD, as `read_documents` does).
+
+    Tokenizing binary data "works" -- every byte becomes [UNK] or a byte token -- so a wrong path
+    would otherwise train on garbage without a word. The first MiB decides for most binary files."""
+    stray = 0
+    for file in files:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        bad = chars = 0
+        with open(file, "rb") as f:
+            while True:
+                raw = f.read(_CHUNK)
+                text = decoder.decode(raw, final=not raw)
+                bad += text.count("\ufffd") - raw.count("\ufffd".encode()) + text.count("\x00")
+                chars += len(text)
+                if bad > NOT_TEXT_FRACTION * max(chars, 1) and (chars >= _CHUNK or not raw):
+                    raise UserError(
+                        f"corpus file {file} is not text ({bad / chars:.0%} NUL or invalid UTF-8); "
+                        "remove it or point the corpus at UTF-8 text files"
+                    )
+                if not raw:
+                    break
+        stray += max(bad, 0)
+    return stray
 
 
 def read_documents(files: list[pathlib.Path]) -> Iterator[list[str]]:
@@ -140,6 +172,10 @@ def load_documents(
     data_dir = pathlib.Path(cache_dir or default_cache_dir()) / cache_key(files, tokenizer_path)
     builder = TextCorpus(files=files, tokenizer=tokenizer, data_dir=str(data_dir), file_format="array_record")
     if not builder.is_prepared():
+        stray = check_text(files)
+        if stray:
+            log(f"corpus {corpus}: replaced {stray} NUL or invalid UTF-8 sequence(s) (under {NOT_TEXT_FRACTION:.0%} "
+                "of the text, so kept as text)")
         log(f"tokenizing corpus {corpus} into {data_dir} (once; later runs reuse it)")
         tfds.disable_progress_bar()
         builder.download_and_prepare()

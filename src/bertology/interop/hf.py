@@ -82,9 +82,17 @@ def read_tensors(directory: pathlib.Path) -> dict[str, np.ndarray]:
 
 
 def _read_json(path: pathlib.Path) -> dict[str, Any]:
+    """A Hugging Face config.json as a dict; a missing, unreadable or non-object file is a UserError."""
     if not path.is_file():
         raise UserError(f"{path} not found; pass a Hugging Face model directory (config.json + weights)")
-    return json.loads(path.read_text())
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not JSON ({str(e).splitlines()[0]}); restore it from the model's release") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{path} holds a JSON {type(config).__name__}, not an object of model settings; "
+                        "restore it from the model's release")
+    return config
 
 
 def _with_prefix(tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:

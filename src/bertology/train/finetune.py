@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 from ml_collections.config_dict import placeholder
 
-from bertology import models, objectives, tasks
+from bertology import models, objectives, tasks, validation
 from bertology.data.embedded import DEFAULT_VOCAB
 from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
@@ -63,7 +63,7 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     ))
     c.data = ml_collections.ConfigDict(dict(
         dir=placeholder(str),  # the task's files; None: data/<task default> under the working directory
-        vocab=placeholder(str),  # without init_checkpoint; None: the shipped 8k WordPiece
+        vocab=placeholder(str),  # None: the checkpoint's, else the shipped 8k WordPiece; its size must be the model's
         cache_dir=placeholder(str),
         max_seq_length=128,
         doc_stride=128,  # QA windows
@@ -116,12 +116,22 @@ def trainable_mask(params: Any, mode: str) -> Any:
 
 
 def _encoder(config: ml_collections.ConfigDict) -> tuple[models.TransformerConfig, Any, Any, str]:
-    """(encoder config, pretrained encoder params or None, tokenizer, vocab path)."""
+    """(encoder config, pretrained encoder params or None, tokenizer, vocab path).
+
+    With init_checkpoint the vocabulary is `data.vocab` if set, else the checkpoint's own; either
+    way its size must be the checkpoint's embedding rows, or every id would look up another
+    token's (or, past the table, a clamped) embedding without a word."""
     if config.init_checkpoint:
         params, pre = load_params(config.init_checkpoint)
         cfg, encoder = models.pretrained_encoder(params, pre["model"])
-        vocab = pre["data"].get("vocab") or str(DEFAULT_VOCAB)
-        return cfg, encoder, load_tokenizer(vocab), vocab
+        vocab = config.data.vocab or pre["data"].get("vocab") or str(DEFAULT_VOCAB)
+        tokenizer = load_tokenizer(vocab)
+        if tokenizer.vocab_size != cfg.vocab_size:
+            source = "data.vocab" if config.data.vocab else "its vocabulary"
+            raise UserError(f"{source} {vocab} has {tokenizer.vocab_size} tokens but init_checkpoint "
+                            f"{config.init_checkpoint} embeds {cfg.vocab_size}; set data.vocab to the vocabulary it "
+                            "was trained with")
+        return cfg, encoder, tokenizer, vocab
     vocab, tokenizer = run_lib.resolve_vocab(config)
     return models.encoder_config(config.model), None, tokenizer, str(vocab)
 
@@ -169,7 +179,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     task = tasks.get(config.task)
     if config.mode not in MODES:
         raise UserError(f"mode={config.mode!r} is unknown; use one of {MODES}")
-    run_lib.check_batching(config)
+    validation.check(config)
     cfg, pretrained, tokenizer, vocab = _encoder(config)
     config.data.vocab = vocab
     if config.mode == "adapters":
@@ -191,11 +201,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     opt_cfg = ml_collections.ConfigDict(config.optimizer.to_dict())
     if opt_cfg.warmup_steps is None:
         opt_cfg.warmup_steps = int(round(opt_cfg.warmup_fraction * total))
-
-    data_size = sharding.batch_devices(sharding.make_mesh(config.mesh), sharding.rules_for(config.mesh))
-    for key in ("batch_size", "eval_batch_size"):
-        if config[key] % data_size:
-            raise UserError(f"{key}={config[key]} is not divisible by the {data_size} data-parallel devices; change it or mesh.shape")
 
     def optimizer(params: Any) -> tuple[Any, Any]:
         decay = config.optimizer.layerwise_lr_decay

@@ -48,7 +48,6 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
     checkpoint. Returns {history, state, step, preempted}."""
     workdir = epath.Path(workdir)
     config = ml_collections.ConfigDict(config.to_dict())  # our own copy: vocab_size may be filled in
-    run_lib.check_batching(config)
     init_params = adopt_init_checkpoint(config)
     vocab_path, tokenizer = run_lib.resolve_vocab(config)
     config.data.vocab = str(vocab_path)

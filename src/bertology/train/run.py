@@ -30,6 +30,7 @@ import numpy as np
 import optax
 from etils import epath
 
+from bertology import validation
 from bertology.data.embedded import DEFAULT_VOCAB
 from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
@@ -67,12 +68,6 @@ def resolve_vocab(config: ml_collections.ConfigDict) -> tuple[pathlib.Path, Any]
             "unset model.vocab_size or use the matching vocab"
         )
     return path, tokenizer
-
-
-def check_batching(config: ml_collections.ConfigDict) -> None:
-    """Fail before any data is read if the batch cannot be split into the microbatches asked for."""
-    if config.batch_size % config.grad_accum_steps:
-        raise UserError(f"batch_size {config.batch_size} is not divisible by grad_accum_steps {config.grad_accum_steps}")
 
 
 def write_config(config: ml_collections.ConfigDict, workdir: epath.Path) -> None:
@@ -210,6 +205,7 @@ def setup(
     layer-wise rates). Without a checkpoint to resume, `start_params(fresh)` may replace the
     fresh parameters (wholly, or e.g. only the encoder); its result is placed like them.
     """
+    validation.check(config)
     workdir = epath.Path(workdir)
     write_config(config, workdir)
     mesh, rules = sharding.make_mesh(config.mesh), sharding.rules_for(config.mesh)

@@ -1,0 +1,174 @@
+"""Every check of a run config's values, in one place, run before anything is read or written.
+
+A bad value caught here ends the run with one line naming the key, the value and the fix, instead
+of a silent run (total_steps=0 trains nothing and exits 0), a crash deep inside the loop or jax
+(batch_size=0, an IndivisibleError), or a workdir left describing a run that never started. Each
+entry point calls `check` first: `bertology.train.run.setup` (so every run gets it), the
+pretraining and fine-tuning entry points before they tokenize anything, and the sweep for every
+config it will generate (`check_sweep`) before its first run.
+
+Keys a config does not have are skipped, so one table serves pretraining and fine-tuning configs.
+What the model config itself rejects (layers, heads, activations: `TransformerConfig`) is checked
+there, when the model is built, which is also before anything is written.
+
+`optimizer.warmup_steps` larger than `total_steps` is allowed on purpose: the schedule clamps it
+(`train.optimizer.schedule`), which short smoke runs of the big recipes rely on.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Callable
+
+import ml_collections
+
+from bertology.errors import UserError
+
+_MISSING = object()
+
+
+def _integer(lo: int) -> tuple[str, Callable[[Any], bool]]:
+    return f"an integer >= {lo}", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _number(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> tuple[str, Callable[[Any], bool]]:
+    text = f"a number in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+
+    def ok(v: Any) -> bool:
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            return False
+        return (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+
+    return text, ok
+
+
+def _positive() -> tuple[str, Callable[[Any], bool]]:
+    return "a number > 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def _one_of(*names: str) -> tuple[str, Callable[[Any], bool]]:
+    return "one of " + ", ".join(repr(n) for n in names), lambda v: v in names
+
+
+# (key, (requirement, test), what the key means: the fix names it). None passes for the keys in
+# _UNSET_ALLOWED, where it means "derive it" (fine-tuning's steps from epochs, warmup from a fraction).
+RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
+    ("total_steps", _integer(1), "the number of optimizer steps"),
+    ("epochs", _integer(1), "passes over the training set"),
+    ("batch_size", _integer(1), "examples per optimizer step"),
+    ("eval_batch_size", _integer(1), "examples per evaluation batch"),
+    ("grad_accum_steps", _integer(1), "microbatches per step; 1 turns accumulation off"),
+    ("log_every", _integer(1), "steps between log lines"),
+    ("checkpoint_every", _integer(1), "steps between checkpoints"),
+    ("keep_checkpoints", _integer(1), "how many checkpoints to keep"),
+    ("eval_every", _integer(0), "steps between evaluations; 0 evaluates only at the end"),
+    ("eval_batches", _integer(1), "held-out batches per evaluation"),
+    ("optimizer.name", _one_of("adamw", "lamb"), "the optimizer"),
+    ("optimizer.schedule", _one_of("linear", "cosine"), "the decay after warmup"),
+    ("optimizer.learning_rate", _positive(), "the peak learning rate, e.g. 1e-4"),
+    ("optimizer.warmup_steps", _integer(0), "steps of linear warmup"),
+    ("optimizer.warmup_fraction", _number(0, 1), "the fraction of the steps spent warming up"),
+    ("optimizer.end_learning_rate_fraction", _number(0, 1), "the final rate as a fraction of the peak"),
+    ("optimizer.b1", _number(0, 1, hi_open=True), "Adam's first-moment decay, e.g. 0.9"),
+    ("optimizer.b2", _number(0, 1, hi_open=True), "Adam's second-moment decay, e.g. 0.999"),
+    ("optimizer.eps", _positive(), "Adam's epsilon, e.g. 1e-6"),
+    ("optimizer.weight_decay", _number(0, 1), "decoupled weight decay, e.g. 0.01"),
+    ("optimizer.clip_norm", _positive(), "the global gradient-norm clip, e.g. 1.0"),
+    ("optimizer.layerwise_lr_decay", _number(0, 1, lo_open=True), "per-layer rate decay; 1.0 turns it off"),
+    ("model.dropout_rate", _number(0, 1, hi_open=True), "the dropout probability"),
+    ("model.attention_dropout_rate", _number(0, 1, hi_open=True), "the attention dropout probability"),
+    ("model.max_position_embeddings", _integer(1), "the length of the position table"),
+    ("data.max_seq_length", _integer(2), "tokens per row, special tokens included"),
+    ("data.max_predictions_per_seq", _integer(1), "masked positions per row"),
+    ("data.masked_lm_prob", _number(0, 1, lo_open=True), "the fraction of tokens masked"),
+    ("data.mask_prob", _number(0, 1), "of the chosen tokens, the fraction replaced by [MASK]"),
+    ("data.random_prob", _number(0, 1), "of the chosen tokens, the fraction replaced by a random token"),
+    ("data.short_seq_prob", _number(0, 1), "the fraction of shorter rows"),
+    ("data.dupe_factor", _integer(1), "masked copies of the corpus (static masking)"),
+    ("data.masking", _one_of("static", "dynamic"), "static (precomputed copies) or dynamic masking"),
+    ("data.doc_stride", _integer(1), "tokens between question-answering windows"),
+    ("data.max_query_length", _integer(1), "question tokens per window"),
+)
+_UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps")
+
+
+def _get(config: ml_collections.ConfigDict, key: str) -> Any:
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, (ml_collections.ConfigDict, dict)) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _refuse(key: str, value: Any, problem: str, fix: str) -> UserError:
+    return UserError(f"{key}={value!r} {problem}; {fix}")
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+    """Raise `UserError` for the first bad value of a pretraining or fine-tuning config."""
+    for key, (requirement, ok), meaning in RULES:
+        value = _get(config, key)
+        if value is _MISSING or (value is None and key in _UNSET_ALLOWED):
+            continue
+        if not ok(value):
+            raise _refuse(key, value, f"is not {requirement}", f"set --config.{key} to {requirement} ({meaning})")
+    if _get(config, "total_steps") is None and _get(config, "epochs") in (None, _MISSING):
+        raise UserError("total_steps is not set; set --config.total_steps to the number of optimizer steps")
+    mask, random = _get(config, "data.mask_prob"), _get(config, "data.random_prob")
+    if _MISSING not in (mask, random) and mask + random > 1:
+        raise _refuse("data.random_prob", random, f"plus data.mask_prob={mask!r} exceeds 1",
+                      "lower one of them (BERT: 0.8 [MASK] and 0.1 random)")
+    _check_length(config)
+    _check_batching(config)
+
+
+def _check_length(config: ml_collections.ConfigDict) -> None:
+    """Rows must fit the model's position table (when the model has one)."""
+    length, table = _get(config, "data.max_seq_length"), _get(config, "model.max_position_embeddings")
+    if _MISSING in (length, table) or _get(config, "model.positions") in ("relative_bias", "none"):
+        return
+    offset = _get(config, "model.position_offset")
+    room = table - (0 if offset in (None, _MISSING) else offset)
+    if length > room:
+        raise _refuse("data.max_seq_length", length, f"exceeds the model's {room} positions "
+                      f"(model.max_position_embeddings={table})", "lower data.max_seq_length or raise the table")
+
+
+def _check_batching(config: ml_collections.ConfigDict) -> None:
+    """The batch must split into the microbatches asked for, and over the devices that the mesh's
+    `batch` rule shards it on (the mesh is built the way the run builds it)."""
+    from bertology.train import sharding
+
+    batch, accum = config.batch_size, _get(config, "grad_accum_steps")
+    if accum is not _MISSING and batch % accum:
+        raise _refuse("grad_accum_steps", accum, f"does not divide batch_size={batch}",
+                      "pick grad_accum_steps that divides batch_size")
+    mesh = _get(config, "mesh")
+    if mesh is _MISSING:
+        return
+    devices = sharding.batch_devices(sharding.make_mesh(mesh), sharding.rules_for(mesh))
+    for key in ("batch_size", "eval_batch_size"):
+        value = _get(config, key)
+        if value is not _MISSING and value % devices:
+            raise _refuse(key, value, f"does not divide over the {devices} devices the batch is sharded on "
+                          f"(mesh.shape={tuple(mesh.shape)}, strategy {mesh.get('strategy')!r})",
+                          f"use a multiple of {devices} or change mesh.shape")
+
+
+def check_sweep(config: ml_collections.ConfigDict) -> None:
+    """The sweep's own keys (`bertology.sweep`); the runs it generates go through `check`."""
+    for key, (requirement, ok) in (("reference_steps", _integer(1)), ("batch_size", _integer(1)),
+                                   ("max_seq_length", _integer(2))):
+        if not ok(config[key]):
+            raise _refuse(key, config[key], f"is not {requirement}", f"set --config.{key} to {requirement}")
+    budgets = tuple(config.budgets)
+    if not budgets or any(not isinstance(b, (int, float)) or b <= 0 for b in budgets):
+        raise _refuse("budgets", budgets, "must be one or more numbers > 0 (multiples of reference_steps of tiny BERT)",
+                      "e.g. --config.budgets='(0.5, 1.0)'")
+    families = tuple(config.families)
+    known = sorted(p.stem for p in pathlib.Path(config.configs_dir).glob("*.py"))
+    unknown = [f for f in families if f not in known]
+    if not families or unknown:
+        raise _refuse("families", families, f"names no config in {config.configs_dir}/: {unknown or 'none given'}",
+                      f"use some of {', '.join(known)}")
