@@ -5,7 +5,10 @@ Families differ in a handful of settings, so this module exposes exactly those i
 - where the LayerNorm sits (`norm`: post, BERT and GPT-1; pre with a final norm, GPT-2 and T5),
   which norm (`norm_kind`), biases (`use_bias`), the activation (GELU, tanh-GELU, ReLU, gated);
 - positions (`positions`: a learned absolute table, T5's relative bias buckets, or none), segment
-  embeddings (`type_vocab_size`, 0 for none) and a LayerNorm on the embeddings (`embedding_norm`);
+  embeddings (`type_vocab_size`, 0 for none), a LayerNorm on the embeddings (`embedding_norm`) and
+  BART's sqrt(d) scaling of the token embeddings (`scale_embeddings`);
+- attention: a head width independent of hidden/heads (`head_size`, T5's d_kv) and whether the
+  scores are divided by sqrt(head width) (`scale_attention`; T5 folds it into the initialisation);
 - factorized embeddings (`embedding_size`, ALBERT/ELECTRA) and cross-layer sharing (`share_layers`);
 - who may attend to whom, which is *data*: `Mask.from_batch` builds it from the batch
   (padding, packed documents, causal, a per-row prefix, or an explicit per-example matrix), so
@@ -72,14 +75,18 @@ class TransformerConfig:
     relative_max_distance: int = 128  # ... and the distance where the last bucket starts
     embedding_norm: bool = True  # LayerNorm on the summed embeddings (BERT); GPT has none
     scale_residual_init: bool = False  # GPT-2: output projections of each block init'ed with std/sqrt(2·layers)
+    head_size: int | None = None  # width of one attention head; None: hidden_size / num_heads (T5's d_kv is free)
+    scale_attention: bool = True  # scores / sqrt(head width); T5 computes plain q·k
+    scale_embeddings: bool = False  # token embeddings x sqrt(embedding width) (BART's scale_embedding)
+    activation_dropout_rate: float = 0.0  # dropout after the feed-forward non-linearity (BART's activation_dropout)
 
     def __post_init__(self):
         if self.num_layers < 1:
             raise UserError(f"model.num_layers={self.num_layers}: the encoder needs at least one layer")
-        if self.hidden_size % self.num_heads:
+        if self.head_size is None and self.hidden_size % self.num_heads:
             raise UserError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
-                "pick num_heads that divides it"
+                "pick num_heads that divides it, or set head_size"
             )
         for name, allowed in (
             ("share_layers", SHARING),
@@ -98,7 +105,7 @@ class TransformerConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.head_size or self.hidden_size // self.num_heads
 
     @property
     def embed_dim(self) -> int:
@@ -326,11 +333,14 @@ class Attention(nn.Module):
         allowed, is_causal = mask.lower(rows)
         if deterministic or cfg.attention_dropout_rate == 0.0:
             ctx = jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype),
-                                               mask=allowed, is_causal=is_causal)
+                                               mask=allowed, is_causal=is_causal,
+                                               scale=None if cfg.scale_attention else 1.0)
         else:
             if is_causal:
                 allowed = allowed & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
-            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(cfg.head_dim).astype(q.dtype)
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+            if cfg.scale_attention:
+                scores = scores / jnp.sqrt(cfg.head_dim).astype(q.dtype)
             scores = scores.astype(jnp.float32) + (0.0 if bias is None else bias.astype(jnp.float32))
             probs = jax.nn.softmax(jnp.where(allowed, scores, jnp.finfo(jnp.float32).min), axis=-1).astype(q.dtype)
             probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
@@ -378,6 +388,8 @@ class FeedForward(nn.Module):
         h = cfg.act(dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate")(inputs))
         if cfg.activation == "gated_gelu":
             h = h * dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate_linear")(inputs)
+        if cfg.activation_dropout_rate:
+            h = nn.Dropout(cfg.activation_dropout_rate)(h, deterministic=deterministic)
         h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
         h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output", scale=residual_scale(cfg))(h)
         return sublayer_output(cfg, x, h, norm, deterministic)
@@ -472,14 +484,20 @@ class Embeddings(nn.Module):
 
     With `embedding_size` set (ALBERT, ELECTRA) the sum lives in E dimensions; the stack then
     projects it to its own H, so one table can serve two stacks of different widths.
+    `shared_tokens`: another module's token table, used instead of an own one (BART's decoder
+    shares only the token table with its encoder, and keeps its own positions and norm).
     """
 
     cfg: TransformerConfig
+    shared_tokens: nn.Embed | None = None
 
     def setup(self):
         cfg = self.cfg
         embed = functools.partial(nn.Embed, features=cfg.embed_dim, dtype=cfg.compute_dtype)
-        self.token = embed(cfg.vocab_size, embedding_init=init(cfg, ("vocab", "embed")), name="token")
+        if self.shared_tokens is None:
+            self.token = embed(cfg.vocab_size, embedding_init=init(cfg, ("vocab", "embed")), name="token")
+        else:
+            self.token = self.shared_tokens
         if cfg.positions == "absolute":
             self.position = embed(
                 cfg.max_position_embeddings, embedding_init=init(cfg, (None, "embed")), name="position"
@@ -493,6 +511,8 @@ class Embeddings(nn.Module):
     def __call__(self, input_ids: Array, segment_ids: Array, positions: Array, deterministic: bool) -> Array:
         cfg = self.cfg
         x = self.token(input_ids)
+        if cfg.scale_embeddings:
+            x = x * jnp.sqrt(cfg.embed_dim).astype(x.dtype)
         if cfg.positions == "absolute":
             x = x + self.position(positions)
         if cfg.type_vocab_size:
@@ -528,7 +548,8 @@ class Stack(nn.Module):
     one shared instance applied N times, or N distinct ones (`attention_{i}`, `ffn_{i}`,
     `cross_attention_{i}`); with `scan_layers` the N layers are one `layers` module whose
     parameters carry a leading `layers` axis. `shared_embeddings` lets a stack use another's
-    tables (ELECTRA's generator, an encoder-decoder's decoder); it then owns no embeddings.
+    tables (ELECTRA's generator, T5's decoder); it then owns no embeddings. `shared_tokens`
+    shares only the token table (BART's decoder: own positions and embedding norm).
 
     `outputs_at` ([batch, n] positions) is for callers that read the final states only at a few
     positions, as the MLM head does at the masked ones: the last layer then runs its queries,
@@ -540,13 +561,14 @@ class Stack(nn.Module):
 
     cfg: TransformerConfig
     shared_embeddings: Embeddings | None = None
+    shared_tokens: nn.Embed | None = None
     causal: bool = False
     cross: bool = False
 
     def setup(self):
         cfg = self.cfg
         if self.shared_embeddings is None:
-            self.embeddings = Embeddings(cfg, name="embeddings")
+            self.embeddings = Embeddings(cfg, shared_tokens=self.shared_tokens, name="embeddings")
         else:
             self.embeddings = self.shared_embeddings
         if cfg.embedding_size is not None:
@@ -676,16 +698,30 @@ class EncoderDecoder(nn.Module):
     """An encoder and a cross-attending decoder sharing one token table (BART, T5, MASS).
 
     `encode(batch)` reads `input_ids`/`input_mask`; `decode(batch, encoded, encoder_mask)` reads
-    `decoder_input_ids`/`decoder_input_mask` (and `decoder_positions`). Logits are tied to the
-    shared table.
+    `decoder_input_ids`/`decoder_input_mask` (and `decoder_positions`). Family models subclass it
+    and add their output layer on the decoder states (`attend`: tied to the shared table).
+    `decoder_embeddings`: the decoder has its own position table and embedding norm and shares
+    only the token table (BART); otherwise it shares the encoder's embeddings whole (T5, whose
+    embeddings are the token table alone).
+
+    Incremental decoding (`decode=True` on the call): the first call creates the cache from a
+    batch with the full source and a decoder input of the full target length; it runs the
+    encoder once, caches the cross-attention keys and the source mask, and returns the teacher-
+    forced states of that input while leaving the self-attention cache empty. Every later call
+    feeds only new decoder tokens (`decoder_input_ids`, `decoder_input_mask`, and for learned
+    positions `decoder_positions`) and reads the source from the cache, never re-encoding it.
     """
 
     cfg: TransformerConfig
+    decoder_embeddings: bool = False
 
     def setup(self):
         cfg = dataclasses.replace(self.cfg, pooler=False)
         self.encoder = Encoder(cfg, name="encoder")
-        self.decoder = Decoder(cfg, cross=True, shared_embeddings=self.encoder.embeddings, name="decoder")
+        if self.decoder_embeddings:
+            self.decoder = Decoder(cfg, cross=True, shared_tokens=self.encoder.embeddings.token, name="decoder")
+        else:
+            self.decoder = Decoder(cfg, cross=True, shared_embeddings=self.encoder.embeddings, name="decoder")
 
     def encode(self, batch: dict[str, Array], *, deterministic: bool = True) -> Array:
         return self.encoder(batch, deterministic=deterministic)["sequence"]
@@ -699,10 +735,20 @@ class EncoderDecoder(nn.Module):
         return self.decoder(target, deterministic=deterministic, context=encoded, context_mask=context_mask,
                             decode=decode)["sequence"]
 
-    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> Array:
-        """Decoder states [batch, target length, H] under teacher forcing."""
-        encoded = self.encode(batch, deterministic=deterministic)
-        return self.decode(batch, encoded, batch["input_mask"], deterministic=deterministic)
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True, decode: bool = False) -> Array:
+        """Decoder states [batch, target length, H]: under teacher forcing, or (`decode`) for the
+        new tokens against the cache (see the class docstring)."""
+        if not decode:
+            encoded = self.encode(batch, deterministic=deterministic)
+            return self.decode(batch, encoded, batch["input_mask"], deterministic=deterministic)
+        creating = not self.has_variable("cache", "encoder_mask")
+        encoder_mask = self.variable("cache", "encoder_mask", lambda: jnp.asarray(batch["input_mask"]))
+        if creating:
+            encoded = self.encode(batch, deterministic=deterministic)
+        else:  # the cross-attention keys are cached: the context only has to be present
+            ids = batch["decoder_input_ids"]
+            encoded = jnp.zeros((ids.shape[0], 0, self.cfg.hidden_size), self.cfg.compute_dtype)
+        return self.decode(batch, encoded, encoder_mask.value, deterministic=deterministic, decode=True)
 
     def attend(self, x: Array) -> Array:
         return self.encoder.attend(x)
