@@ -324,7 +324,7 @@ class Attention(nn.Module):
             bias = jnp.take_along_axis(jnp.broadcast_to(bias, (q.shape[0], *bias.shape[1:])),
                                        rows[:, None, :, None], axis=2)
         if context is not None:
-            k, v = self._cross_keys(key, value, context, decode)
+            k, v, mask = self._cross_keys(key, value, context, mask, decode)
         else:
             k, v = key(h_all), value(h_all)
             if decode:  # the queries are the positions after the cached ones
@@ -349,13 +349,16 @@ class Attention(nn.Module):
         out = HeadsDense(cfg, to_heads=False, scale=residual_scale(cfg), name="output")(ctx)
         return sublayer_output(cfg, x, out, norm, deterministic)
 
-    def _cross_keys(self, key: nn.Module, value: nn.Module, context: Array, decode: bool) -> tuple[Array, Array]:
-        """The context's keys and values; when decoding, computed at the first call and cached."""
+    def _cross_keys(self, key: nn.Module, value: nn.Module, context: Array, mask: Mask,
+                    decode: bool) -> tuple[Array, Array, Mask]:
+        """The context's keys, values and mask; when decoding, computed at the first call and
+        cached (later calls may pass an empty context)."""
         if not decode:
-            return key(context), value(context)
+            return key(context), value(context), mask
         k = self.variable("cache", "cached_key", lambda: key(context))
         v = self.variable("cache", "cached_value", lambda: value(context))
-        return k.value, v.value
+        keys = self.variable("cache", "key_mask", lambda: mask.keys)
+        return k.value, v.value, mask.replace(keys=keys.value)
 
     def _append_to_cache(self, k: Array, v: Array, mask: Mask) -> tuple[Array, Array, Mask, Array]:
         """Write this call's keys/values (and key padding) at the cache index; return the whole cache."""
@@ -705,11 +708,12 @@ class EncoderDecoder(nn.Module):
     embeddings are the token table alone).
 
     Incremental decoding (`decode=True` on the call): the first call creates the cache from a
-    batch with the full source and a decoder input of the full target length; it runs the
-    encoder once, caches the cross-attention keys and the source mask, and returns the teacher-
-    forced states of that input while leaving the self-attention cache empty. Every later call
-    feeds only new decoder tokens (`decoder_input_ids`, `decoder_input_mask`, and for learned
-    positions `decoder_positions`) and reads the source from the cache, never re-encoding it.
+    batch with the source (`input_ids`, `input_mask`) and a decoder input of the full target
+    length; it runs the encoder once, caches each layer's cross-attention keys, values and source
+    mask, and returns the teacher-forced states of that input while leaving the self-attention
+    cache empty. Later calls carry no source, only the new decoder tokens (`decoder_input_ids`,
+    `decoder_input_mask`, and for learned positions `decoder_positions`): the encoder never runs
+    again.
     """
 
     cfg: TransformerConfig
@@ -738,17 +742,16 @@ class EncoderDecoder(nn.Module):
     def __call__(self, batch: dict[str, Array], *, deterministic: bool = True, decode: bool = False) -> Array:
         """Decoder states [batch, target length, H]: under teacher forcing, or (`decode`) for the
         new tokens against the cache (see the class docstring)."""
+        if "input_ids" in batch:
+            encoded = self.encode(batch, deterministic=deterministic)
+            return self.decode(batch, encoded, batch["input_mask"], deterministic=deterministic, decode=decode)
         if not decode:
-            encoded = self.encode(batch, deterministic=deterministic)
-            return self.decode(batch, encoded, batch["input_mask"], deterministic=deterministic)
-        creating = not self.has_variable("cache", "encoder_mask")
-        encoder_mask = self.variable("cache", "encoder_mask", lambda: jnp.asarray(batch["input_mask"]))
-        if creating:
-            encoded = self.encode(batch, deterministic=deterministic)
-        else:  # the cross-attention keys are cached: the context only has to be present
-            ids = batch["decoder_input_ids"]
-            encoded = jnp.zeros((ids.shape[0], 0, self.cfg.hidden_size), self.cfg.compute_dtype)
-        return self.decode(batch, encoded, encoder_mask.value, deterministic=deterministic, decode=True)
+            raise UserError("an encoder-decoder batch needs input_ids (the source); only decode=True steps "
+                            "after the cache-creating call may leave it out")
+        # the cross-attention keys, values and source mask are cached: the context only has to be present
+        rows = batch["decoder_input_ids"].shape[0]
+        empty = jnp.zeros((rows, 0, self.cfg.hidden_size), self.cfg.compute_dtype)
+        return self.decode(batch, empty, jnp.zeros((rows, 0), jnp.int32), deterministic=deterministic, decode=True)
 
     def attend(self, x: Array) -> Array:
         return self.encoder.attend(x)
