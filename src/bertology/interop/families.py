@@ -261,7 +261,7 @@ def _t5(model_type: str, architecture: str, defaults: dict[str, Any]) -> HFModel
     return HFModel(
         model_type, "t5", {"model": architecture}, layout=_t5_layout(), prefix="", keys=T5_KEYS,
         activation=("feed_forward_proj", {"relu": "relu", "gated-gelu": "gated_gelu", "gelu": "gelu"}),
-        fixed=T5_FIXED, imported={"pooler": False}, defaults=defaults, tokenizer="T5Tokenizer",
+        fixed=T5_FIXED, imported={"pooler": False, "init_scheme": "t5"}, defaults=defaults, tokenizer="T5Tokenizer",
         written={"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0, "is_encoder_decoder": True},
         translations=(hf_config.HeadSize(), hf_config.OneDropout(), hf_config.FeedForwardProj(),
                       hf_config.TiedOutput(), hf_config.SameValue("num_decoder_layers", "num_layers", "num_layers")),

@@ -8,7 +8,8 @@ Families differ in a handful of settings, so this module exposes exactly those i
   embeddings (`type_vocab_size`, 0 for none), a LayerNorm on the embeddings (`embedding_norm`) and
   BART's sqrt(d) scaling of the token embeddings (`scale_embeddings`);
 - attention: a head width independent of hidden/heads (`head_size`, T5's d_kv) and whether the
-  scores are divided by sqrt(head width) (`scale_attention`; T5 folds it into the initialisation);
+  scores are divided by sqrt(head width) (`scale_attention`; T5 folds it into the initialisation,
+  `init_scheme="t5"`);
 - factorized embeddings (`embedding_size`, ALBERT/ELECTRA) and cross-layer sharing (`share_layers`);
 - who may attend to whom, which is *data*: `Mask.from_batch` builds it from the batch
   (padding, packed documents, causal, a per-row prefix, or an explicit per-example matrix), so
@@ -41,6 +42,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "gated_gelu")
 NORMS = ("post", "pre")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITIONS = ("absolute", "relative_bias", "none")
+INIT_SCHEMES = ("bert", "t5")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +81,7 @@ class TransformerConfig:
     scale_attention: bool = True  # scores / sqrt(head width); T5 computes plain q·k
     scale_embeddings: bool = False  # token embeddings x sqrt(embedding width) (BART's scale_embedding)
     activation_dropout_rate: float = 0.0  # dropout after the feed-forward non-linearity (BART's activation_dropout)
+    init_scheme: str = "bert"  # bert: truncated normal(initializer_range) | t5: fan-in (Mesh TF), see `init`
 
     def __post_init__(self):
         if self.num_layers < 1:
@@ -95,6 +98,7 @@ class TransformerConfig:
             ("norm", NORMS),
             ("norm_kind", NORM_KINDS),
             ("positions", POSITIONS),
+            ("init_scheme", INIT_SCHEMES),
         ):
             if getattr(self, name) not in allowed:
                 raise UserError(f"model.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
@@ -122,11 +126,25 @@ class TransformerConfig:
         return nn.gelu(x, approximate=self.activation != "gelu")
 
 
-def init(cfg: TransformerConfig, names: tuple[str | None, ...], scale: float = 1.0) -> nn.initializers.Initializer:
-    """BERT's truncated-normal(initializer_range · scale) init, tagged with logical axis names."""
-    return nn.with_logical_partitioning(
-        nn.initializers.truncated_normal(stddev=cfg.initializer_range * scale), names
-    )
+def init(cfg: TransformerConfig, names: tuple[str | None, ...], scale: float = 1.0,
+         in_axis: int | tuple[int, ...] = -2, out_axis: int | tuple[int, ...] = -1) -> nn.initializers.Initializer:
+    """A weight's init, tagged with logical axis names. `bert`: truncated normal with std
+    initializer_range · scale everywhere. `t5` (Mesh TensorFlow's, kept by t5x): std
+    scale / sqrt(fan-in) over the `in_axis` axes, because T5's unscaled attention scores and
+    unscaled residual stream rely on it (a 0.02 init leaves them orders of magnitude too small)."""
+    if cfg.init_scheme == "t5":
+        base = nn.initializers.variance_scaling(scale ** 2, "fan_in", "truncated_normal", in_axis=in_axis,
+                                                out_axis=out_axis)
+    else:
+        base = nn.initializers.truncated_normal(stddev=cfg.initializer_range * scale)
+    return nn.with_logical_partitioning(base, names)
+
+
+def embedding_init(cfg: TransformerConfig, names: tuple[str | None, ...]) -> nn.initializers.Initializer:
+    """An embedding table's init: `bert` as every weight; `t5` a standard normal (Mesh TF's)."""
+    if cfg.init_scheme == "t5":
+        return nn.with_logical_partitioning(nn.initializers.normal(1.0), names)
+    return init(cfg, names)
 
 
 def zeros(names: tuple[str | None, ...]) -> nn.initializers.Initializer:
@@ -277,10 +295,12 @@ class HeadsDense(nn.Module):
         if self.to_heads:
             shape, names, equation = (cfg.hidden_size, *heads), ("embed", "heads", "kv"), "...e,ehd->...hd"
             bias_shape, bias_names = heads, ("heads", "kv")
+            axes = (0, (1, 2))
         else:
             shape, names, equation = (*heads, cfg.hidden_size), ("heads", "kv", "embed"), "...hd,hde->...e"
             bias_shape, bias_names = (cfg.hidden_size,), ("embed",)
-        kernel = self.param("kernel", init(cfg, names, self.scale), shape)
+            axes = ((0, 1), 2)
+        kernel = self.param("kernel", init(cfg, names, self.scale, *axes), shape)
         if not cfg.use_bias:
             x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=cfg.compute_dtype)
             return jnp.einsum(equation, x, kernel)
@@ -318,7 +338,9 @@ class Attention(nn.Module):
         if rows is not None:
             x = gather_positions(x_all, rows)
         h = h_all if rows is None else gather_positions(h_all, rows)
-        q = HeadsDense(cfg, to_heads=True, name="query")(h)
+        # T5's init folds the 1/sqrt(head width) it leaves out of the scores into the queries
+        query_scale = cfg.head_dim ** -0.5 if cfg.init_scheme == "t5" and not cfg.scale_attention else 1.0
+        q = HeadsDense(cfg, to_heads=True, scale=query_scale, name="query")(h)
         key, value = HeadsDense(cfg, to_heads=True, name="key"), HeadsDense(cfg, to_heads=True, name="value")
         if bias is not None and rows is not None:  # the chosen queries' rows of the bias
             bias = jnp.take_along_axis(jnp.broadcast_to(bias, (q.shape[0], *bias.shape[1:])),
@@ -498,15 +520,15 @@ class Embeddings(nn.Module):
         cfg = self.cfg
         embed = functools.partial(nn.Embed, features=cfg.embed_dim, dtype=cfg.compute_dtype)
         if self.shared_tokens is None:
-            self.token = embed(cfg.vocab_size, embedding_init=init(cfg, ("vocab", "embed")), name="token")
+            self.token = embed(cfg.vocab_size, embedding_init=embedding_init(cfg, ("vocab", "embed")), name="token")
         else:
             self.token = self.shared_tokens
         if cfg.positions == "absolute":
             self.position = embed(
-                cfg.max_position_embeddings, embedding_init=init(cfg, (None, "embed")), name="position"
+                cfg.max_position_embeddings, embedding_init=embedding_init(cfg, (None, "embed")), name="position"
             )
         if cfg.type_vocab_size:
-            self.segment = embed(cfg.type_vocab_size, embedding_init=init(cfg, (None, "embed")), name="segment")
+            self.segment = embed(cfg.type_vocab_size, embedding_init=embedding_init(cfg, (None, "embed")), name="segment")
         if cfg.embedding_norm:
             self.norm = layer_norm(cfg, "norm")
         self.dropout = nn.Dropout(cfg.dropout_rate)
