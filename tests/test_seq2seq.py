@@ -182,3 +182,27 @@ def test_t5_init_is_mesh_tensorflows_fan_in():
     _, bert_init = tiny("t5:tiny", vocab_size=3000, init_scheme="bert")
     q = nn.meta.unbox(bert_init.init(jax.random.key(0), batch)["params"])["encoder"]["attention_0"]["query"]["kernel"]
     assert float(np.std(q)) == pytest.approx(0.02 * 0.88, rel=0.05)
+
+
+@pytest.mark.parametrize("spec", ["t5:v1_1_tiny", "bart:tiny"])
+def test_scanned_encoder_decoder_equals_unscanned(spec):
+    from bertology.models.transformer import stack_layers
+
+    _, model = tiny(spec, vocab_size=60, dropout_rate=0.0, attention_dropout_rate=0.0)
+    _, scanned = tiny(spec, vocab_size=60, dropout_rate=0.0, attention_dropout_rate=0.0, scan_layers=True)
+    batch = random_batch(np.random.default_rng(6), 60, 2, 10, 6, start=0)
+    params = nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])
+    stacked = {**params, **{s: stack_layers(params[s], 2) for s in ("encoder", "decoder")}}
+    assert jax.tree.map(np.shape, stacked) == jax.tree.map(
+        np.shape, nn.meta.unbox(scanned.init(jax.random.key(0), batch)["params"]))
+    np.testing.assert_allclose(scanned.apply({"params": stacked}, batch)["logits"],
+                               model.apply({"params": params}, batch)["logits"], atol=1e-5)
+
+
+def test_a_batch_without_its_source_is_refused_outside_decoding():
+    _, model = tiny("bart:tiny", vocab_size=60)
+    batch = random_batch(np.random.default_rng(7), 60, 2, 6, 4, start=2)
+    params = model.init(jax.random.key(0), batch)["params"]
+    no_source = {k: v for k, v in batch.items() if k not in ("input_ids", "input_mask")}
+    with pytest.raises(UserError, match="an encoder-decoder batch needs input_ids"):
+        model.apply({"params": params}, no_source)
