@@ -5,8 +5,9 @@ model type is a new record: its architectures per checkpoint, its name tables (`
 config keys it shares with ours, what it fixes, what it refuses, and the translations
 (`hf_config.py`) that apply to it.
 
-Several model types can share our family (`gpt`: GPT-2 is pre-LN, OpenAI GPT post-LN); export
-takes the one whose `fixed` settings the run has.
+Several model types can share our family (`gpt`: GPT-2 is pre-LN, OpenAI GPT post-LN; `t5`: T5,
+whose v1.0 and v1.1 differ only in settings, and mT5, the same network); export takes the first
+one whose `fixed` settings the run has.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ GPT_KEYS = (  # GPT and GPT-2 (the feed-forward width and the embedding dropout 
 
 # What every HF model here computes, and what our core could compute differently.
 CORE = dict(norm_kind="layernorm", use_bias=True, positions="absolute", adapter_size=None, scan_layers=False,
-            share_layers="none", embedding_size=None, position_offset=0)
+            share_layers="none", embedding_size=None, position_offset=0, head_size=None, scale_attention=True,
+            scale_embeddings=False, activation_dropout_rate=0.0)
 ENCODER = {**CORE, "norm": "post", "embedding_norm": True}
 GPT = {**CORE, "type_vocab_size": 0, "embedding_norm": False}
 
@@ -204,7 +206,7 @@ GPT2 = HFModel(
     defaults={**GPT_DEFAULTS, **GPT2_REQUIRED, "vocab_size": 50257, "n_positions": 1024, "n_inner": None,
               "activation_function": "gelu_new"},
     tokenizer="GPT2Tokenizer", required=GPT2_REQUIRED,
-    translations=(hf_config.FeedForwardWidth("n_inner"), hf_config.SameDropout("embd_pdrop", "resid_pdrop"),
+    translations=(hf_config.FeedForwardWidth("n_inner"), hf_config.SameValue("embd_pdrop", "resid_pdrop", "dropout_rate"),
                   hf_config.EndOfText()),
     tied={"lm_head.weight": "transformer.wte.weight"},
 )
@@ -216,12 +218,96 @@ OPENAI_GPT = HFModel(
     fixed={"norm": "post", **GPT}, imported={"scale_residual_init": False, "pooler": False},
     defaults={**GPT_DEFAULTS, "vocab_size": 40478, "afn": "gelu"},
     tokenizer="OpenAIGPTTokenizer", required={"tie_word_embeddings": True},
-    translations=(hf_config.FeedForwardWidth(None), hf_config.SameDropout("embd_pdrop", "resid_pdrop"),
+    translations=(hf_config.FeedForwardWidth(None), hf_config.SameValue("embd_pdrop", "resid_pdrop", "dropout_rate"),
                   hf_config.EndOfText()),
     tied={"lm_head.weight": "transformer.tokens_embed.weight"},
 )
 
-RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, GPT2, OPENAI_GPT)}
+T5_KEYS = (
+    ("vocab_size", "vocab_size"),
+    ("hidden_size", "d_model"),
+    ("num_layers", "num_layers"),
+    ("num_heads", "num_heads"),
+    ("intermediate_size", "d_ff"),
+    ("dropout_rate", "dropout_rate"),
+    ("layer_norm_eps", "layer_norm_epsilon"),
+    ("relative_buckets", "relative_attention_num_buckets"),
+    ("relative_max_distance", "relative_attention_max_distance"),
+)
+T5_FIXED = {**{k: v for k, v in CORE.items() if k != "head_size"}, "norm": "pre", "norm_kind": "rmsnorm",
+            "use_bias": False, "positions": "relative_bias", "type_vocab_size": 0, "embedding_norm": False,
+            "scale_attention": False}
+T5_DEFAULTS = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
+                   relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                   dropout_rate=0.1, layer_norm_epsilon=1e-6, feed_forward_proj="relu", tie_word_embeddings=True)
+GATED = "ffn_0/intermediate_linear"  # the module only v1.1's gated feed-forward has
+
+
+def _t5_layout() -> tuple[names.Part, ...]:
+    """T5's names: `shared`, then `encoder.` and `decoder.` (no trunk prefix), and v1.1's lm_head."""
+    parts = [names.Part("model", "encoder", "", (names.SHARED_TOKENS,), trunk=True)]
+    for stack, sublayer, tables in (("encoder", 1, (names.T5_STACK, names.T5_SELF_ATTENTION)),
+                                    ("decoder", 2, (names.T5_STACK, names.T5_SELF_ATTENTION,
+                                                    names.T5_CROSS_ATTENTION))):
+        parts += [names.Part("model", stack, stack, tables, trunk=True),
+                  names.Part("model", stack, stack, (names.t5_ffn(sublayer, gated=False),), trunk=True,
+                             excludes=GATED),
+                  names.Part("model", stack, stack, (names.t5_ffn(sublayer, gated=True),), trunk=True,
+                             requires=GATED)]
+    return (*parts, names.Part("model", "", "", (names.T5_HEAD,), trunk=True))
+
+
+def _t5(model_type: str, architecture: str, defaults: dict[str, Any]) -> HFModel:
+    return HFModel(
+        model_type, "t5", {"model": architecture}, layout=_t5_layout(), prefix="", keys=T5_KEYS,
+        activation=("feed_forward_proj", {"relu": "relu", "gated-gelu": "gated_gelu", "gelu": "gelu"}),
+        fixed=T5_FIXED, imported={"pooler": False, "init_scheme": "t5"}, defaults=defaults, tokenizer="T5Tokenizer",
+        written={"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0, "is_encoder_decoder": True},
+        translations=(hf_config.HeadSize(), hf_config.OneDropout(), hf_config.FeedForwardProj(),
+                      hf_config.TiedOutput(), hf_config.SameValue("num_decoder_layers", "num_layers", "num_layers")),
+        tied={"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight"},
+    )
+
+
+T5 = _t5("t5", "T5ForConditionalGeneration", T5_DEFAULTS)
+MT5 = _t5("mt5", "MT5ForConditionalGeneration",
+          {**T5_DEFAULTS, "vocab_size": 250112, "d_ff": 1024, "num_layers": 8, "num_heads": 6,
+           "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False})
+BART = HFModel(
+    "bart", "bart", {"model": "BartForConditionalGeneration"}, prefix="model",
+    layout=(names.Part("model", "encoder", "model", (names.SHARED_TOKENS,), trunk=True),
+            names.Part("model", "encoder", "model.encoder", (names.BART_EMBEDDINGS, names.BART_LAYER), trunk=True),
+            names.Part("model", "decoder", "model.decoder",
+                       (names.BART_EMBEDDINGS, names.BART_LAYER, names.BART_CROSS_ATTENTION), trunk=True),
+            names.Part("model", "", "", (names.BART_HEAD,), trunk=False)),
+    keys=(("vocab_size", "vocab_size"), ("hidden_size", "d_model"), ("num_layers", "encoder_layers"),
+          ("num_heads", "encoder_attention_heads"), ("intermediate_size", "encoder_ffn_dim"),
+          ("dropout_rate", "dropout"), ("attention_dropout_rate", "attention_dropout"),
+          ("activation_dropout_rate", "activation_dropout"), ("initializer_range", "init_std"),
+          ("scale_embeddings", "scale_embedding")),
+    activation=("activation_function", {**GELUS, "relu": "relu"}),
+    fixed={**{k: v for k, v in CORE.items() if k not in ("position_offset", "scale_embeddings",
+                                                         "activation_dropout_rate")},
+           "norm": "post", "embedding_norm": True, "type_vocab_size": 0, "layer_norm_eps": 1e-5},
+    imported={"pooler": False},
+    defaults=dict(vocab_size=50265, max_position_embeddings=1024, d_model=1024, encoder_layers=12,
+                  decoder_layers=12, encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4096,
+                  decoder_ffn_dim=4096, encoder_layerdrop=0.0, decoder_layerdrop=0.0, activation_function="gelu",
+                  dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, init_std=0.02, scale_embedding=False,
+                  tie_word_embeddings=True),
+    tokenizer="BartTokenizer",
+    required={"encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "tie_word_embeddings": True},
+    written={"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2,
+             "forced_eos_token_id": 2, "is_encoder_decoder": True},
+    translations=(hf_config.PositionTableOffset(),
+                  hf_config.SameValue("decoder_layers", "encoder_layers", "num_layers"),
+                  hf_config.SameValue("decoder_attention_heads", "encoder_attention_heads", "num_heads"),
+                  hf_config.SameValue("decoder_ffn_dim", "encoder_ffn_dim", "intermediate_size")),
+    tied={"model.encoder.embed_tokens.weight": "model.shared.weight",
+          "model.decoder.embed_tokens.weight": "model.shared.weight", "lm_head.weight": "model.shared.weight"},
+)
+
+RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, GPT2, OPENAI_GPT, T5, MT5, BART)}
 
 
 def by_type(model_type: Any, where: str) -> HFModel:

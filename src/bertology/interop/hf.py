@@ -37,7 +37,8 @@ BUFFERS = ("position_ids", "token_type_ids", ".attn.bias", ".attn.masked_bias")
 # The tokenizer files ours reads, in the order an import looks for them. vocab.json + merges.txt
 # are a byte-level BPE only under these HF classes (OpenAI GPT's BPE uses the same file names).
 WORDPIECE, SENTENCEPIECE, BYTE_BPE = ("vocab.txt",), ("spiece.model",), ("vocab.json", "merges.txt")
-BYTE_LEVEL_CLASSES = ("GPT2Tokenizer", "GPT2TokenizerFast", "RobertaTokenizer", "RobertaTokenizerFast")
+BYTE_LEVEL_CLASSES = ("GPT2Tokenizer", "GPT2TokenizerFast", "RobertaTokenizer", "RobertaTokenizerFast",
+                      "BartTokenizer", "BartTokenizerFast")
 Flat = dict[tuple[str, ...], np.ndarray]
 
 
@@ -96,16 +97,18 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
 
 
 def _with_prefix(tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
-    """A bare trunk (`BertModel`, `GPT2Model`) saves its names without the trunk's prefix; add it."""
-    if any(k.startswith(f"{prefix}.") for k in tensors):
+    """A bare trunk (`BertModel`, `GPT2Model`) saves its names without the trunk's prefix; add it
+    (T5 has none: its bare model and its LM model name the trunk alike)."""
+    if not prefix or any(k.startswith(f"{prefix}.") for k in tensors):
         return tensors
     return {f"{prefix}.{k}": v for k, v in tensors.items()}
 
 
 def _init(model: nn.Module) -> Any:
     """`() -> params` at their initialisation; `jax.eval_shape` of it gives the shapes for free."""
-    batch = {k: np.zeros((1, 2), np.int32) for k in ("input_ids", "segment_ids", "masked_positions")}
-    batch["input_mask"] = np.ones((1, 2), np.int32)
+    batch = {k: np.zeros((1, 2), np.int32) for k in ("input_ids", "segment_ids", "masked_positions",
+                                                      "decoder_input_ids")}
+    batch["input_mask"] = batch["decoder_input_mask"] = np.ones((1, 2), np.int32)
     return lambda: nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])
 
 

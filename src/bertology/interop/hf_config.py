@@ -95,20 +95,94 @@ class FeedForwardWidth:
 
 
 @dataclasses.dataclass(frozen=True)
-class SameDropout:
-    """Our one dropout rate covers the embeddings too; HF's `key` must equal `same_as`."""
+class SameValue:
+    """Two HF keys that our one setting `ours` covers (GPT's embedding and residual dropout; BART's
+    encoder and decoder depth, heads and width): HF's `key` must equal `same_as` (a missing or
+    null `key` means "same as": T5's num_decoder_layers)."""
 
     key: str
     same_as: str
+    ours: str
 
     def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        got, want = _main(hf)[self.key], _main(hf)[self.same_as]
-        if got != want:
+        got, want = _main(hf).get(self.key), _main(hf)[self.same_as]
+        if got is not None and got != want:
             raise UserError(f"{_main(where)}: {self.key}={got} differs from {self.same_as}={want}; we have one "
-                            "dropout rate for both (edit config.json to make them equal)")
+                            f"model.{self.ours} for both (edit config.json to make them equal)")
 
     def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
-        hf[self.key] = cfg.dropout_rate
+        hf[self.key] = getattr(cfg, self.ours)
+
+
+@dataclasses.dataclass(frozen=True)
+class OneDropout:
+    """T5 applies its one `dropout_rate` to the attention probabilities too."""
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        block["attention_dropout_rate"] = block["dropout_rate"]
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        if cfg.attention_dropout_rate != cfg.dropout_rate:
+            raise UserError(f"{hf['model_type']} has one dropout rate; model.attention_dropout_rate="
+                            f"{cfg.attention_dropout_rate} must equal model.dropout_rate={cfg.dropout_rate}")
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadSize:
+    """T5's `d_kv`, the width of one head, which need not be d_model / num_heads (mT5-small: 512, 6, 64)."""
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        block["head_size"] = _main(hf)["d_kv"]
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        hf["d_kv"] = cfg.head_dim
+
+
+@dataclasses.dataclass(frozen=True)
+class FeedForwardProj:
+    """T5 derives its activation (`dense_act_fn`) from `feed_forward_proj` ('gated-gelu' means the
+    tanh GELU); a config that overrides it with anything else computes something we do not."""
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        proj = _main(hf)["feed_forward_proj"]
+        derived = "gelu_new" if proj == "gated-gelu" else proj.split("-")[-1]
+        got = _main(hf).get("dense_act_fn", derived)
+        if got != derived:
+            raise UserError(f"{_main(where)}: dense_act_fn={got!r} with feed_forward_proj={proj!r} is not reproduced "
+                            f"(we compute {derived!r}); the checkpoint cannot be imported without changing its outputs")
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        pass
+
+
+@dataclasses.dataclass(frozen=True)
+class TiedOutput:
+    """T5 v1.0 ties its output layer to the token table (and scales the decoder states by
+    d_model**-0.5); v1.1 and mT5 have an untied `lm_head`: our `model.tie_embeddings`."""
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        block["tie_embeddings"] = bool(_main(hf)["tie_word_embeddings"])
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        hf["tie_word_embeddings"] = bool(block.get("tie_embeddings", True))
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionTableOffset:
+    """BART's `max_position_embeddings` counts positions; its table has 2 more rows in front
+    (fairseq's offset), so ours is the table's size with `position_offset=2`."""
+
+    offset: int = 2
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        block["max_position_embeddings"] = _main(hf)["max_position_embeddings"] + self.offset
+        block["position_offset"] = self.offset
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        if cfg.position_offset != self.offset:
+            raise UserError(f"{hf['model_type']} counts positions from {self.offset}; model.position_offset="
+                            f"{cfg.position_offset} has no {hf['model_type']} counterpart")
+        hf["max_position_embeddings"] = cfg.max_position_embeddings - self.offset
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ matrix.
 |--------------------|----------------------|--------------------|-----------------------|
 | copy               | any shape            | same shape         | as is                 |
 | flat               | [heads, head_dim]    | [H]                | reshape               |
+| row                | [n]                  | [1, n]             | reshape               |
 | linear             | [in, *out]           | [prod(out), in]    | flatten out, transpose|
 | linear_from_heads  | [heads, head_dim, o] | [o, H]             | flatten in, transpose |
 | conv1d             | [in, *out]           | [in, prod(out)]    | flatten out           |
@@ -37,7 +38,7 @@ import numpy as np
 
 from bertology.errors import UserError
 
-COPY, FLAT, LINEAR, LINEAR_FROM_HEADS = "copy", "flat", "linear", "linear_from_heads"
+COPY, FLAT, ROW, LINEAR, LINEAR_FROM_HEADS = "copy", "flat", "row", "linear", "linear_from_heads"
 CONV1D, CONV1D_FROM_HEADS = "conv1d", "conv1d_from_heads"
 # Matrix rules: rule -> (how many leading axes of our kernel are its input, whether HF transposes)
 MATRIX = {LINEAR: (1, True), LINEAR_FROM_HEADS: (2, True), CONV1D: (1, False), CONV1D_FROM_HEADS: (2, False)}
@@ -53,6 +54,7 @@ KINDS = {
     "conv1d_to_heads": (("kernel", "weight", CONV1D), ("bias", "bias", FLAT)),
     "conv1d_from_heads": (("kernel", "weight", CONV1D_FROM_HEADS), ("bias", "bias", COPY)),
     "tensor": ((None, None, COPY),),
+    "row": ((None, None, ROW),),
 }
 
 # Rows are (our module, HF module, kind[, (j, n) for the j-th of n fused parts]), relative to
@@ -112,6 +114,65 @@ GPT_LAYER = (  # GPT and GPT-2 name a block alike: ln_1 belongs to attention, ln
 )
 FINAL_NORM = (("final_norm", "ln_f", "norm"),)  # pre-LN only
 
+# T5, T5 v1.1 and mT5: `block.{i}.layer.{j}` numbers the sublayers of a block (self-attention,
+# [cross-attention,] feed-forward); only the first block holds the stack's relative bias table.
+SHARED_TOKENS = (("embeddings/token", "shared", "embedding"),)
+T5_STACK = (
+    ("relative_bias", "block.0.layer.0.SelfAttention.relative_attention_bias", "embedding"),
+    ("final_norm", "final_layer_norm", "norm"),
+)
+T5_SELF_ATTENTION = (
+    ("attention_{i}/norm", "block.{i}.layer.0.layer_norm", "norm"),
+    ("attention_{i}/query", "block.{i}.layer.0.SelfAttention.q", "to_heads"),
+    ("attention_{i}/key", "block.{i}.layer.0.SelfAttention.k", "to_heads"),
+    ("attention_{i}/value", "block.{i}.layer.0.SelfAttention.v", "to_heads"),
+    ("attention_{i}/output", "block.{i}.layer.0.SelfAttention.o", "from_heads"),
+)
+T5_CROSS_ATTENTION = (
+    ("cross_attention_{i}/norm", "block.{i}.layer.1.layer_norm", "norm"),
+    ("cross_attention_{i}/query", "block.{i}.layer.1.EncDecAttention.q", "to_heads"),
+    ("cross_attention_{i}/key", "block.{i}.layer.1.EncDecAttention.k", "to_heads"),
+    ("cross_attention_{i}/value", "block.{i}.layer.1.EncDecAttention.v", "to_heads"),
+    ("cross_attention_{i}/output", "block.{i}.layer.1.EncDecAttention.o", "from_heads"),
+)
+
+
+def t5_ffn(sublayer: int, gated: bool) -> tuple[Row, ...]:
+    """T5's feed-forward block, sublayer 1 of an encoder block and 2 of a decoder block; v1.1's
+    gated form names its two input projections wi_0 (the activated one) and wi_1."""
+    prefix = f"block.{{i}}.layer.{sublayer}"
+    inputs = ((("ffn_{i}/intermediate", f"{prefix}.DenseReluDense.wi_0", "dense"),
+               ("ffn_{i}/intermediate_linear", f"{prefix}.DenseReluDense.wi_1", "dense")) if gated
+              else (("ffn_{i}/intermediate", f"{prefix}.DenseReluDense.wi", "dense"),))
+    return (("ffn_{i}/norm", f"{prefix}.layer_norm", "norm"), *inputs,
+            ("ffn_{i}/output", f"{prefix}.DenseReluDense.wo", "dense"))
+
+
+T5_HEAD = (("lm_head", "lm_head", "dense"),)  # v1.1 and mT5 only: v1.0 ties it to `shared`
+
+BART_EMBEDDINGS = (  # each stack's own position table and norm; the token table is `shared`
+    ("embeddings/position", "embed_positions", "embedding"),
+    ("embeddings/norm", "layernorm_embedding", "norm"),
+)
+BART_LAYER = (
+    ("attention_{i}/query", "layers.{i}.self_attn.q_proj", "to_heads"),
+    ("attention_{i}/key", "layers.{i}.self_attn.k_proj", "to_heads"),
+    ("attention_{i}/value", "layers.{i}.self_attn.v_proj", "to_heads"),
+    ("attention_{i}/output", "layers.{i}.self_attn.out_proj", "from_heads"),
+    ("attention_{i}/norm", "layers.{i}.self_attn_layer_norm", "norm"),
+    ("ffn_{i}/intermediate", "layers.{i}.fc1", "dense"),
+    ("ffn_{i}/output", "layers.{i}.fc2", "dense"),
+    ("ffn_{i}/norm", "layers.{i}.final_layer_norm", "norm"),
+)
+BART_CROSS_ATTENTION = (
+    ("cross_attention_{i}/query", "layers.{i}.encoder_attn.q_proj", "to_heads"),
+    ("cross_attention_{i}/key", "layers.{i}.encoder_attn.k_proj", "to_heads"),
+    ("cross_attention_{i}/value", "layers.{i}.encoder_attn.v_proj", "to_heads"),
+    ("cross_attention_{i}/output", "layers.{i}.encoder_attn.out_proj", "from_heads"),
+    ("cross_attention_{i}/norm", "layers.{i}.encoder_attn_layer_norm", "norm"),
+)
+BART_HEAD = (("final_logits_bias", "final_logits_bias", "row"),)
+
 # Heads, relative to the model root on both sides.
 BERT_HEADS = (
     ("mlm/transform", "cls.predictions.transform.dense", "dense"),
@@ -147,7 +208,10 @@ class Part:
     "discriminator" / "generator"). `trunk`: its tensors must be in the checkpoint; otherwise
     (heads) a missing one keeps its fresh initialisation, as HF does for heads it does not find.
     `export_only`: written on export but read from another part on import (ELECTRA's generator
-    checkpoint repeats the discriminator's embedding tables, which both networks share)."""
+    checkpoint repeats the discriminator's embedding tables, which both networks share).
+    `requires` / `excludes`: a module path under `ours` that our model must have / lack for the
+    part to apply, where one of our modules has different HF names in two variants (T5's
+    feed-forward input is `wi`, or `wi_0` and `wi_1` when gated)."""
 
     source: str
     ours: str
@@ -155,6 +219,13 @@ class Part:
     tables: tuple[tuple[Row, ...], ...]
     trunk: bool
     export_only: bool = False
+    requires: str | None = None
+    excludes: str | None = None
+
+    def applies(self, modules: Collection[tuple[str, ...]]) -> bool:
+        """Whether this part's tables apply to a model with these module paths."""
+        return ((self.requires is None or _path(self.ours, self.requires, None) in modules)
+                and (self.excludes is None or _path(self.ours, self.excludes, None) not in modules))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,6 +266,8 @@ def _layout(rule: str, shape: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
         return tuple(shape), False
     if rule == FLAT:
         return (math.prod(shape),), False
+    if rule == ROW:
+        return (1, math.prod(shape)), False
     in_axes, transposed = MATRIX[rule]
     return (math.prod(shape[:in_axes]), math.prod(shape[in_axes:])), transposed
 
@@ -220,7 +293,7 @@ def tensors(layout: Iterable[Part], shapes: Collection[tuple[str, ...]]) -> list
     """Every tensor of `layout` that a model with parameters `shapes` (flattened paths) has."""
     modules = {path[:k] for path in shapes for k in range(1, len(path))}
     out = []
-    for part in layout:
+    for part in (p for p in layout if p.applies(modules)):
         for table in part.tables:
             for our_module, hf_module, kind, *fused in _expand(table, part.ours, modules):
                 for our_leaf, hf_leaf, rule in KINDS[kind]:

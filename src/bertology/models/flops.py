@@ -21,10 +21,10 @@ TRAIN = 3  # forward + backward (two products per matmul)
 def stack(cfg: TransformerConfig, length: int, rows: int | None = None, nominal: bool = False) -> float:
     """Forward FLOPs per input token of a stack of `cfg.num_layers` layers over `length` tokens;
     `rows`: how many query rows the last layer runs (None: all)."""
-    h, i = cfg.hidden_size, cfg.intermediate_size
+    h, i, a = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim  # a: attention width
     mlp = 2 * h * i * (2 if cfg.activation == "gated_gelu" else 1) + 2 * i * h
-    keys_values = 2 * 2 * h * h
-    per_query = 2 * 2 * h * h + mlp + 2 * 2 * length * h  # query and output; MLP; scores and context
+    keys_values = 2 * 2 * h * a
+    per_query = 2 * 2 * h * a + mlp + 2 * 2 * length * a  # query and output; MLP; scores and context
     last = 1.0 if rows is None or nominal else rows / length
     flops = cfg.num_layers * keys_values + (cfg.num_layers - 1 + last) * per_query
     if cfg.embedding_size and not nominal:
@@ -58,3 +58,18 @@ def masked_lm(cfg: TransformerConfig, length: int, predictions: int, nominal: bo
         if boundary:
             flops += (2 * 3 * h * h + 2 * h * cfg.embed_dim + lm_head(cfg, transform=False)) * predictions / length
     return TRAIN * flops
+
+
+def encoder_decoder(cfg: TransformerConfig, source_length: int, target_length: int) -> float:
+    """Training FLOPs per source token of an encoder-decoder trained with teacher forcing: the
+    encoder over the source, the decoder's self-attention stack over the target, each decoder
+    layer's cross-attention (keys and values over the source, queries and output over the
+    target), and the output layer at every target position. Everything runs at every position,
+    so the nominal count is the same."""
+    a = cfg.num_heads * cfg.head_dim
+    cross_keys_values = 2 * 2 * cfg.hidden_size * a  # per source token and layer
+    cross_queries = 2 * 2 * cfg.hidden_size * a + 2 * 2 * source_length * a  # query, output; scores, context
+    per_example = (source_length * (stack(cfg, source_length) + cfg.num_layers * cross_keys_values)
+                   + target_length * (stack(cfg, target_length) + cfg.num_layers * cross_queries
+                                      + lm_head(cfg, transform=False)))
+    return TRAIN * per_example / source_length

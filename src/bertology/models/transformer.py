@@ -5,7 +5,11 @@ Families differ in a handful of settings, so this module exposes exactly those i
 - where the LayerNorm sits (`norm`: post, BERT and GPT-1; pre with a final norm, GPT-2 and T5),
   which norm (`norm_kind`), biases (`use_bias`), the activation (GELU, tanh-GELU, ReLU, gated);
 - positions (`positions`: a learned absolute table, T5's relative bias buckets, or none), segment
-  embeddings (`type_vocab_size`, 0 for none) and a LayerNorm on the embeddings (`embedding_norm`);
+  embeddings (`type_vocab_size`, 0 for none), a LayerNorm on the embeddings (`embedding_norm`) and
+  BART's sqrt(d) scaling of the token embeddings (`scale_embeddings`);
+- attention: a head width independent of hidden/heads (`head_size`, T5's d_kv) and whether the
+  scores are divided by sqrt(head width) (`scale_attention`; T5 folds it into the initialisation,
+  `init_scheme="t5"`);
 - factorized embeddings (`embedding_size`, ALBERT/ELECTRA) and cross-layer sharing (`share_layers`);
 - who may attend to whom, which is *data*: `Mask.from_batch` builds it from the batch
   (padding, packed documents, causal, a per-row prefix, or an explicit per-example matrix), so
@@ -38,6 +42,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "gated_gelu")
 NORMS = ("post", "pre")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITIONS = ("absolute", "relative_bias", "none")
+INIT_SCHEMES = ("bert", "t5")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,14 +77,19 @@ class TransformerConfig:
     relative_max_distance: int = 128  # ... and the distance where the last bucket starts
     embedding_norm: bool = True  # LayerNorm on the summed embeddings (BERT); GPT has none
     scale_residual_init: bool = False  # GPT-2: output projections of each block init'ed with std/sqrt(2·layers)
+    head_size: int | None = None  # width of one attention head; None: hidden_size / num_heads (T5's d_kv is free)
+    scale_attention: bool = True  # scores / sqrt(head width); T5 computes plain q·k
+    scale_embeddings: bool = False  # token embeddings x sqrt(embedding width) (BART's scale_embedding)
+    activation_dropout_rate: float = 0.0  # dropout after the feed-forward non-linearity (BART's activation_dropout)
+    init_scheme: str = "bert"  # bert: truncated normal(initializer_range) | t5: fan-in (Mesh TF), see `init`
 
     def __post_init__(self):
         if self.num_layers < 1:
             raise UserError(f"model.num_layers={self.num_layers}: the encoder needs at least one layer")
-        if self.hidden_size % self.num_heads:
+        if self.head_size is None and self.hidden_size % self.num_heads:
             raise UserError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
-                "pick num_heads that divides it"
+                "pick num_heads that divides it, or set head_size"
             )
         for name, allowed in (
             ("share_layers", SHARING),
@@ -88,6 +98,7 @@ class TransformerConfig:
             ("norm", NORMS),
             ("norm_kind", NORM_KINDS),
             ("positions", POSITIONS),
+            ("init_scheme", INIT_SCHEMES),
         ):
             if getattr(self, name) not in allowed:
                 raise UserError(f"model.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
@@ -98,7 +109,7 @@ class TransformerConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.head_size or self.hidden_size // self.num_heads
 
     @property
     def embed_dim(self) -> int:
@@ -115,11 +126,25 @@ class TransformerConfig:
         return nn.gelu(x, approximate=self.activation != "gelu")
 
 
-def init(cfg: TransformerConfig, names: tuple[str | None, ...], scale: float = 1.0) -> nn.initializers.Initializer:
-    """BERT's truncated-normal(initializer_range · scale) init, tagged with logical axis names."""
-    return nn.with_logical_partitioning(
-        nn.initializers.truncated_normal(stddev=cfg.initializer_range * scale), names
-    )
+def init(cfg: TransformerConfig, names: tuple[str | None, ...], scale: float = 1.0,
+         in_axis: int | tuple[int, ...] = -2, out_axis: int | tuple[int, ...] = -1) -> nn.initializers.Initializer:
+    """A weight's init, tagged with logical axis names. `bert`: truncated normal with std
+    initializer_range · scale everywhere. `t5` (Mesh TensorFlow's, kept by t5x): std
+    scale / sqrt(fan-in) over the `in_axis` axes, because T5's unscaled attention scores and
+    unscaled residual stream rely on it (a 0.02 init leaves them orders of magnitude too small)."""
+    if cfg.init_scheme == "t5":
+        base = nn.initializers.variance_scaling(scale ** 2, "fan_in", "truncated_normal", in_axis=in_axis,
+                                                out_axis=out_axis)
+    else:
+        base = nn.initializers.truncated_normal(stddev=cfg.initializer_range * scale)
+    return nn.with_logical_partitioning(base, names)
+
+
+def embedding_init(cfg: TransformerConfig, names: tuple[str | None, ...]) -> nn.initializers.Initializer:
+    """An embedding table's init: `bert` as every weight; `t5` a standard normal (Mesh TF's)."""
+    if cfg.init_scheme == "t5":
+        return nn.with_logical_partitioning(nn.initializers.normal(1.0), names)
+    return init(cfg, names)
 
 
 def zeros(names: tuple[str | None, ...]) -> nn.initializers.Initializer:
@@ -270,10 +295,12 @@ class HeadsDense(nn.Module):
         if self.to_heads:
             shape, names, equation = (cfg.hidden_size, *heads), ("embed", "heads", "kv"), "...e,ehd->...hd"
             bias_shape, bias_names = heads, ("heads", "kv")
+            axes = (0, (1, 2))
         else:
             shape, names, equation = (*heads, cfg.hidden_size), ("heads", "kv", "embed"), "...hd,hde->...e"
             bias_shape, bias_names = (cfg.hidden_size,), ("embed",)
-        kernel = self.param("kernel", init(cfg, names, self.scale), shape)
+            axes = ((0, 1), 2)
+        kernel = self.param("kernel", init(cfg, names, self.scale, *axes), shape)
         if not cfg.use_bias:
             x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=cfg.compute_dtype)
             return jnp.einsum(equation, x, kernel)
@@ -311,13 +338,15 @@ class Attention(nn.Module):
         if rows is not None:
             x = gather_positions(x_all, rows)
         h = h_all if rows is None else gather_positions(h_all, rows)
-        q = HeadsDense(cfg, to_heads=True, name="query")(h)
+        # T5's init folds the 1/sqrt(head width) it leaves out of the scores into the queries
+        query_scale = cfg.head_dim ** -0.5 if cfg.init_scheme == "t5" and not cfg.scale_attention else 1.0
+        q = HeadsDense(cfg, to_heads=True, scale=query_scale, name="query")(h)
         key, value = HeadsDense(cfg, to_heads=True, name="key"), HeadsDense(cfg, to_heads=True, name="value")
         if bias is not None and rows is not None:  # the chosen queries' rows of the bias
             bias = jnp.take_along_axis(jnp.broadcast_to(bias, (q.shape[0], *bias.shape[1:])),
                                        rows[:, None, :, None], axis=2)
         if context is not None:
-            k, v = self._cross_keys(key, value, context, decode)
+            k, v, mask = self._cross_keys(key, value, context, mask, decode)
         else:
             k, v = key(h_all), value(h_all)
             if decode:  # the queries are the positions after the cached ones
@@ -326,11 +355,14 @@ class Attention(nn.Module):
         allowed, is_causal = mask.lower(rows)
         if deterministic or cfg.attention_dropout_rate == 0.0:
             ctx = jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype),
-                                               mask=allowed, is_causal=is_causal)
+                                               mask=allowed, is_causal=is_causal,
+                                               scale=None if cfg.scale_attention else 1.0)
         else:
             if is_causal:
                 allowed = allowed & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
-            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(cfg.head_dim).astype(q.dtype)
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+            if cfg.scale_attention:
+                scores = scores / jnp.sqrt(cfg.head_dim).astype(q.dtype)
             scores = scores.astype(jnp.float32) + (0.0 if bias is None else bias.astype(jnp.float32))
             probs = jax.nn.softmax(jnp.where(allowed, scores, jnp.finfo(jnp.float32).min), axis=-1).astype(q.dtype)
             probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
@@ -339,13 +371,16 @@ class Attention(nn.Module):
         out = HeadsDense(cfg, to_heads=False, scale=residual_scale(cfg), name="output")(ctx)
         return sublayer_output(cfg, x, out, norm, deterministic)
 
-    def _cross_keys(self, key: nn.Module, value: nn.Module, context: Array, decode: bool) -> tuple[Array, Array]:
-        """The context's keys and values; when decoding, computed at the first call and cached."""
+    def _cross_keys(self, key: nn.Module, value: nn.Module, context: Array, mask: Mask,
+                    decode: bool) -> tuple[Array, Array, Mask]:
+        """The context's keys, values and mask; when decoding, computed at the first call and
+        cached (later calls may pass an empty context)."""
         if not decode:
-            return key(context), value(context)
+            return key(context), value(context), mask
         k = self.variable("cache", "cached_key", lambda: key(context))
         v = self.variable("cache", "cached_value", lambda: value(context))
-        return k.value, v.value
+        keys = self.variable("cache", "key_mask", lambda: mask.keys)
+        return k.value, v.value, mask.replace(keys=keys.value)
 
     def _append_to_cache(self, k: Array, v: Array, mask: Mask) -> tuple[Array, Array, Mask, Array]:
         """Write this call's keys/values (and key padding) at the cache index; return the whole cache."""
@@ -378,6 +413,8 @@ class FeedForward(nn.Module):
         h = cfg.act(dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate")(inputs))
         if cfg.activation == "gated_gelu":
             h = h * dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate_linear")(inputs)
+        if cfg.activation_dropout_rate:
+            h = nn.Dropout(cfg.activation_dropout_rate)(h, deterministic=deterministic)
         h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
         h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output", scale=residual_scale(cfg))(h)
         return sublayer_output(cfg, x, h, norm, deterministic)
@@ -472,20 +509,26 @@ class Embeddings(nn.Module):
 
     With `embedding_size` set (ALBERT, ELECTRA) the sum lives in E dimensions; the stack then
     projects it to its own H, so one table can serve two stacks of different widths.
+    `shared_tokens`: another module's token table, used instead of an own one (BART's decoder
+    shares only the token table with its encoder, and keeps its own positions and norm).
     """
 
     cfg: TransformerConfig
+    shared_tokens: nn.Embed | None = None
 
     def setup(self):
         cfg = self.cfg
         embed = functools.partial(nn.Embed, features=cfg.embed_dim, dtype=cfg.compute_dtype)
-        self.token = embed(cfg.vocab_size, embedding_init=init(cfg, ("vocab", "embed")), name="token")
+        if self.shared_tokens is None:
+            self.token = embed(cfg.vocab_size, embedding_init=embedding_init(cfg, ("vocab", "embed")), name="token")
+        else:
+            self.token = self.shared_tokens
         if cfg.positions == "absolute":
             self.position = embed(
-                cfg.max_position_embeddings, embedding_init=init(cfg, (None, "embed")), name="position"
+                cfg.max_position_embeddings, embedding_init=embedding_init(cfg, (None, "embed")), name="position"
             )
         if cfg.type_vocab_size:
-            self.segment = embed(cfg.type_vocab_size, embedding_init=init(cfg, (None, "embed")), name="segment")
+            self.segment = embed(cfg.type_vocab_size, embedding_init=embedding_init(cfg, (None, "embed")), name="segment")
         if cfg.embedding_norm:
             self.norm = layer_norm(cfg, "norm")
         self.dropout = nn.Dropout(cfg.dropout_rate)
@@ -493,6 +536,8 @@ class Embeddings(nn.Module):
     def __call__(self, input_ids: Array, segment_ids: Array, positions: Array, deterministic: bool) -> Array:
         cfg = self.cfg
         x = self.token(input_ids)
+        if cfg.scale_embeddings:
+            x = x * jnp.sqrt(cfg.embed_dim).astype(x.dtype)
         if cfg.positions == "absolute":
             x = x + self.position(positions)
         if cfg.type_vocab_size:
@@ -528,7 +573,8 @@ class Stack(nn.Module):
     one shared instance applied N times, or N distinct ones (`attention_{i}`, `ffn_{i}`,
     `cross_attention_{i}`); with `scan_layers` the N layers are one `layers` module whose
     parameters carry a leading `layers` axis. `shared_embeddings` lets a stack use another's
-    tables (ELECTRA's generator, an encoder-decoder's decoder); it then owns no embeddings.
+    tables (ELECTRA's generator, T5's decoder); it then owns no embeddings. `shared_tokens`
+    shares only the token table (BART's decoder: own positions and embedding norm).
 
     `outputs_at` ([batch, n] positions) is for callers that read the final states only at a few
     positions, as the MLM head does at the masked ones: the last layer then runs its queries,
@@ -540,13 +586,14 @@ class Stack(nn.Module):
 
     cfg: TransformerConfig
     shared_embeddings: Embeddings | None = None
+    shared_tokens: nn.Embed | None = None
     causal: bool = False
     cross: bool = False
 
     def setup(self):
         cfg = self.cfg
         if self.shared_embeddings is None:
-            self.embeddings = Embeddings(cfg, name="embeddings")
+            self.embeddings = Embeddings(cfg, shared_tokens=self.shared_tokens, name="embeddings")
         else:
             self.embeddings = self.shared_embeddings
         if cfg.embedding_size is not None:
@@ -676,16 +723,31 @@ class EncoderDecoder(nn.Module):
     """An encoder and a cross-attending decoder sharing one token table (BART, T5, MASS).
 
     `encode(batch)` reads `input_ids`/`input_mask`; `decode(batch, encoded, encoder_mask)` reads
-    `decoder_input_ids`/`decoder_input_mask` (and `decoder_positions`). Logits are tied to the
-    shared table.
+    `decoder_input_ids`/`decoder_input_mask` (and `decoder_positions`). Family models subclass it
+    and add their output layer on the decoder states (`attend`: tied to the shared table).
+    `decoder_embeddings`: the decoder has its own position table and embedding norm and shares
+    only the token table (BART); otherwise it shares the encoder's embeddings whole (T5, whose
+    embeddings are the token table alone).
+
+    Incremental decoding (`decode=True` on the call): the first call creates the cache from a
+    batch with the source (`input_ids`, `input_mask`) and a decoder input of the full target
+    length; it runs the encoder once, caches each layer's cross-attention keys, values and source
+    mask, and returns the teacher-forced states of that input while leaving the self-attention
+    cache empty. Later calls carry no source, only the new decoder tokens (`decoder_input_ids`,
+    `decoder_input_mask`, and for learned positions `decoder_positions`): the encoder never runs
+    again.
     """
 
     cfg: TransformerConfig
+    decoder_embeddings: bool = False
 
     def setup(self):
         cfg = dataclasses.replace(self.cfg, pooler=False)
         self.encoder = Encoder(cfg, name="encoder")
-        self.decoder = Decoder(cfg, cross=True, shared_embeddings=self.encoder.embeddings, name="decoder")
+        if self.decoder_embeddings:
+            self.decoder = Decoder(cfg, cross=True, shared_tokens=self.encoder.embeddings.token, name="decoder")
+        else:
+            self.decoder = Decoder(cfg, cross=True, shared_embeddings=self.encoder.embeddings, name="decoder")
 
     def encode(self, batch: dict[str, Array], *, deterministic: bool = True) -> Array:
         return self.encoder(batch, deterministic=deterministic)["sequence"]
@@ -699,10 +761,19 @@ class EncoderDecoder(nn.Module):
         return self.decoder(target, deterministic=deterministic, context=encoded, context_mask=context_mask,
                             decode=decode)["sequence"]
 
-    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> Array:
-        """Decoder states [batch, target length, H] under teacher forcing."""
-        encoded = self.encode(batch, deterministic=deterministic)
-        return self.decode(batch, encoded, batch["input_mask"], deterministic=deterministic)
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True, decode: bool = False) -> Array:
+        """Decoder states [batch, target length, H]: under teacher forcing, or (`decode`) for the
+        new tokens against the cache (see the class docstring)."""
+        if "input_ids" in batch:
+            encoded = self.encode(batch, deterministic=deterministic)
+            return self.decode(batch, encoded, batch["input_mask"], deterministic=deterministic, decode=decode)
+        if not decode:
+            raise UserError("an encoder-decoder batch needs input_ids (the source); only decode=True steps "
+                            "after the cache-creating call may leave it out")
+        # the cross-attention keys, values and source mask are cached: the context only has to be present
+        rows = batch["decoder_input_ids"].shape[0]
+        empty = jnp.zeros((rows, 0, self.cfg.hidden_size), self.cfg.compute_dtype)
+        return self.decode(batch, empty, jnp.zeros((rows, 0), jnp.int32), deterministic=deterministic, decode=True)
 
     def attend(self, x: Array) -> Array:
         return self.encoder.attend(x)

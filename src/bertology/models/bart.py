@@ -1,0 +1,47 @@
+"""BART (Lewis et al. 2020): a post-LN encoder-decoder denoiser with learned positions; also the
+network of MASS (Song et al. 2019), which is the same shape of model trained on another noising.
+
+Everything but the output bias is a setting of the shared core: post-LN, GELU, LayerNorm on the
+embeddings of each stack (`layernorm_embedding`), learned positions counted from 2
+(`position_offset=2`: fairseq reserves the first rows of the table), optional sqrt(d) token
+scaling (`scale_embeddings`). Encoder and decoder have their own position tables and embedding
+norms and share only the token table (`decoder_embeddings`). The output layer is tied to that
+table plus `final_logits_bias` [vocab]. The decoder starts from the end-of-sequence id
+(`shift_right(targets, eos)`, fairseq's convention).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from bertology.models import encoder_config, flops
+from bertology.models.transformer import EncoderDecoder, zeros
+
+
+class Model(EncoderDecoder):
+    """Target logits [batch, target length, vocab] float32 (`logits`) under teacher forcing, or
+    for the new tokens with `decode=True` (see `EncoderDecoder`)."""
+
+    decoder_embeddings: bool = True
+
+    def setup(self):
+        super().setup()
+        self.final_logits_bias = self.param("final_logits_bias", zeros(("vocab",)), (self.cfg.vocab_size,))
+
+    def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True,
+                 decode: bool = False) -> dict[str, jax.Array]:
+        x = super().__call__(batch, deterministic=deterministic, decode=decode)
+        return {"logits": self.attend(x).astype(jnp.float32) + self.final_logits_bias}
+
+
+def trunk(params: dict) -> dict:
+    """The encoder and decoder (without the output bias)."""
+    return {"encoder": params["encoder"], "decoder": params["decoder"]}
+
+
+def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
+    """Both stacks, cross-attention and the output layer at every target position, per source token."""
+    return flops.encoder_decoder(encoder_config(config.model), config.data.max_seq_length,
+                                 config.data.max_target_length)
