@@ -40,7 +40,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     length = 128 if tiny else 512
     c.model.update(type_vocab_size=0, layer_norm_eps=1e-5, pooler=False, position_offset=POSITION_OFFSET,
                    max_position_embeddings=length + POSITION_OFFSET)
-    c.data.update(objective="bart", max_seq_length=length, max_target_length=length)
+    c.data.update(objective="bart", max_seq_length=length, max_target_length=length,
+                  add_mask=True)  # a <mask> token where the vocabulary has none
     if tiny:
         c.data.vocab = str(BYTE_BPE_VOCAB)
         return c

@@ -36,7 +36,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c = recipes.pretraining(sizes, family="bart", objective="seq2seq", paper=not tiny)
     length = 128 if tiny else 512
     c.model.update(type_vocab_size=0, pooler=False, max_position_embeddings=length)  # XLM: LayerNorm eps 1e-12
-    c.data.update(objective="mass", max_seq_length=length, max_target_length=length // 2)
+    c.data.update(objective="mass", max_seq_length=length, max_target_length=length // 2,
+                  add_mask=True)  # a <mask> token where the vocabulary has none
     if tiny:
         c.data.vocab = str(BYTE_BPE_VOCAB)
         return c

@@ -15,8 +15,9 @@ d_model**-0.5-scaled output start orders of magnitude too small to learn quickly
   60M and 220M parameters). v1.1: small 8+8, 512, 6 heads, d_ff 1024; base 12+12, 768, 12, 2048.
 - Data: `data.objective="span_corruption"` (noise density 0.15, mean span 3; the transform and
   its `data.noise.*` keys are the data side's); 512 input tokens whose targets hold at most 114
-  (`random_spans_helper`, see FACTS §5), 128 -> 29 for tiny; vocab 32128 for the full presets
-  (32k sentencepiece + 100 sentinels, padded), the shipped 8k unigram sentencepiece for tiny.
+  (`random_spans_helper`, see FACTS §5), 128 -> 29 for tiny. The vocabulary is `data.vocab`
+  plus 100 sentinels (`data.extra_ids`): 32,100 on T5's 32k sentencepiece (Google's checkpoints
+  pad the table to 32,128; an imported one keeps its rows), 8,100 on the shipped unigram for tiny.
 - Recipe: batch 128 x 512, 2^19 steps, 10k warmup. The paper's Adafactor with an inverse
   square-root schedule has no counterpart in `bertology.train.optimizer` (AdamW and LAMB), so
   the full presets use AdamW at lr 1e-4 with linear decay, a stated deviation; tiny uses the
@@ -59,10 +60,11 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if v1_1:  # v1.1 turned dropout off in pretraining
         c.model.update(dropout_rate=0.0, attention_dropout_rate=0.0)
     length = 128 if small else 512
-    c.data.update(objective="span_corruption", max_seq_length=length, max_target_length=TARGET_LENGTH[length])
+    # T5's 100 sentinels <extra_id_k> sit on top of the vocabulary, <extra_id_0> last.
+    c.data.update(objective="span_corruption", max_seq_length=length, max_target_length=TARGET_LENGTH[length],
+                  extra_ids=100)
     if small:
         c.data.vocab = str(UNIGRAM_VOCAB)
         return c
-    c.model.vocab_size = 32128
     c.batch_size, c.total_steps = 128, 2 ** 19
     return c

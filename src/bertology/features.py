@@ -35,8 +35,7 @@ def extract(
     import jax
 
     from bertology import models
-    from bertology.data.embedded import DEFAULT_VOCAB
-    from bertology.data.tokenizers import load_tokenizer
+    from bertology.data.tokenizers import for_data
     from bertology.models.transformer import Encoder
     from bertology.models.tasks import masked_mean
     from bertology.tasks.encode import encode_pair, stack
@@ -54,7 +53,7 @@ def extract(
     n_layers = cfg.num_layers + 1
     if any(not -n_layers <= i < n_layers for i in layers):
         raise UserError(f"layers {list(layers)} out of range for {cfg.num_layers} layers; use 0..{cfg.num_layers} or negative")
-    tokenizer = load_tokenizer(config["data"].get("vocab") or DEFAULT_VOCAB)
+    tokenizer = for_data(config["data"])
     encoder = Encoder(cfg)
 
     @jax.jit

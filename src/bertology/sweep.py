@@ -70,8 +70,7 @@ def _finetune(c: ml_collections.ConfigDict, init: str | None, workdir: pathlib.P
 
 
 def sweep(c: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> list[dict]:
-    from bertology.data.tokenizers import load_tokenizer
-    from bertology.data.embedded import DEFAULT_VOCAB
+    from bertology.data.tokenizers import for_data
     from bertology.train.loop import train
 
     # Every run's config is checked before the first starts: a bad key would otherwise surface
@@ -82,14 +81,14 @@ def sweep(c: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> list[dic
     validation.check(_finetune_config(c, None))
     workdir = pathlib.Path(workdir)
     reference = _pretrain_config(c, "bert", c.reference_steps)
-    per_ref_step = flops_per_token(reference, load_tokenizer(reference.data.vocab or DEFAULT_VOCAB).vocab_size)
+    per_ref_step = flops_per_token(reference, for_data(reference.data).vocab_size)
     per_ref_step *= c.batch_size * c.max_seq_length
     scratch = _finetune(c, None, workdir / "finetune" / "scratch")
     rows = [{"family": "scratch", "budget": 0.0, "steps": 0, "flops": 0.0, "score": scratch["scores"]["accuracy"]}]
     for budget in c.budgets:
         for family in c.families:
             probe = _pretrain_config(c, family, 1)
-            vocab = load_tokenizer(probe.data.vocab or DEFAULT_VOCAB).vocab_size
+            vocab = for_data(probe.data).vocab_size
             per_step = flops_per_token(probe, vocab) * c.batch_size * c.max_seq_length
             steps = max(1, int(round(budget * per_ref_step * c.reference_steps / per_step)))
             run = workdir / "pretrain" / f"{family}_x{budget:g}"

@@ -32,7 +32,7 @@ from etils import epath
 
 from bertology import validation
 from bertology.data.embedded import DEFAULT_VOCAB
-from bertology.data.tokenizers import load_tokenizer
+from bertology.data.tokenizers import for_data
 from bertology.errors import UserError
 from bertology.objectives import Objective
 from bertology.train import sharding
@@ -59,7 +59,7 @@ class Batches(Protocol):
 def resolve_vocab(config: ml_collections.ConfigDict) -> tuple[pathlib.Path, Any]:
     """The tokenizer, and config.model.vocab_size checked against (or filled from) it."""
     path = pathlib.Path(config.data.vocab or DEFAULT_VOCAB)
-    tokenizer = load_tokenizer(path)
+    tokenizer = for_data(config.data)
     if config.model.vocab_size is None:
         config.model.vocab_size = tokenizer.vocab_size
     elif config.model.vocab_size != tokenizer.vocab_size:

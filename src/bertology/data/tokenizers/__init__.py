@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,6 +27,7 @@ __all__ = [
     "SentencePieceTokenizer",
     "ByteLevelBPETokenizer",
     "AddedTokens",
+    "for_data",
     "load_tokenizer",
     "tokenizer_files",
 ]
@@ -74,6 +76,16 @@ def load_tokenizer(
     tokenizer = _load(path, do_lower_case)
     added = ([MASK] if add_mask and tokenizer.mask_id is None else []) + sentinel_tokens(extra_ids)
     return AddedTokens(tokenizer, added) if added else tokenizer
+
+
+def for_data(data: Mapping[str, Any]) -> Tokenizer:
+    """The tokenizer of a run's `data` block: `vocab` (default: the shipped WordPiece) with the
+    tokens its objective adds on top, `extra_ids` (T5's sentinels) and `add_mask` (BART's `<mask>`),
+    so pretraining, fine-tuning, generation and features all count the same vocabulary."""
+    from bertology.data.embedded import DEFAULT_VOCAB  # embedded.py imports this package
+
+    return load_tokenizer(data.get("vocab") or DEFAULT_VOCAB, extra_ids=data.get("extra_ids", 0) or 0,
+                          add_mask=bool(data.get("add_mask", False)))
 
 
 def _load(path: str | os.PathLike, do_lower_case: bool | None) -> Tokenizer:
