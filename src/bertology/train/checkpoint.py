@@ -42,8 +42,8 @@ from bertology.train.distributed import any_process
 from bertology.train.metrics import is_remote, log
 
 # What the divergence messages (here and in the train loop) suggest.
-DIVERGENCE_HINT = ("try a lower optimizer.learning_rate, more optimizer.warmup_steps, or model.dtype=float32; "
-                   "rerun the same command to resume from the last good checkpoint")
+DIVERGENCE_HINT = ("try a lower optimizer.learning_rate, more optimizer.warmup_steps, or model.dtype=float32, and "
+                   "resume from the last good checkpoint with --config.allow_config_change=<the keys you changed>")
 
 
 class Checkpointer:

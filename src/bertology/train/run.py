@@ -13,8 +13,9 @@ position is saved with every checkpoint.
 What a run survives (issue 18), and how:
 - Divergence: a step whose loss or gradient norm is NaN or inf is not applied (inside the jitted
   step, by a select: no host sync); the state keeps a count, `skipped_steps`, written with the
-  metrics. `max_nonfinite_steps` such steps in a row end the run with one line. A checkpoint is
-  never written from a non-finite state (`Checkpointer.save` checks).
+  metrics. `max_nonfinite_steps` such steps in a row end the run with one line. No checkpoint is
+  written while steps are being skipped (the last one stays that of an applied step), and never
+  from a non-finite state (`Checkpointer.save` checks).
 - Damaged checkpoints: verified against their checksums on restore; see `checkpoint.py`.
 - Two runs on one workdir: `RunLock` (WORKDIR/run.lock).
 - Config drift: resuming a workdir whose saved config.json differs from this run's config is
@@ -133,11 +134,15 @@ def check_config_drift(config: ml_collections.ConfigDict, workdir: epath.Path) -
                         "if the change is intended")
 
 
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """{"a.b": value} for a nested dict (lists stay values)."""
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}.").items()} if tree else {prefix: {}}
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a.b": value} for a nested dict (lists and empty dicts stay values)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 class RunLock:
@@ -377,10 +382,13 @@ class Run:
                     ev = evaluate(self.state["params"])
                     self.writer.write(step, ev, prefix="eval_")
                     log(f"eval @ {step}: " + " | ".join(f"{k} {v:.4f}" for k, v in ev.items()))
-                if save_now or stop:
+                if (save_now or stop) and in_a_row:  # keep the last checkpoint of an applied step as the last good one
+                    log(f"step {step}: no checkpoint while updates are being skipped")
+                elif save_now or stop:
                     self.checkpointer.save(step, self.state, batches.get_state())
                 if stop:
-                    log(f"SIGTERM: checkpoint written at step {step}; rerun the same command to resume")
+                    log(f"SIGTERM: checkpoint written at step {self.checkpointer.latest_step()}; "
+                        "rerun the same command to resume")
                     break
         finally:
             preemption.restore(forward=stop)
