@@ -105,10 +105,18 @@ def check_batching(config: ml_collections.ConfigDict) -> None:
 
 
 def write_config(config: ml_collections.ConfigDict, workdir: epath.Path) -> None:
-    """Keep the resolved config beside the checkpoints: fine-tuning and export rebuild the model from it."""
+    """Keep the resolved config beside the checkpoints: fine-tuning and export rebuild the model from it.
+    Replaced whole (other processes may be reading it for `check_config_drift`; an object-store
+    write is whole by itself)."""
     if jax.process_index() == 0:
         workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+        text = config.to_json_best_effort(indent=2)
+        if is_remote(workdir):
+            (workdir / "config.json").write_text(text)
+        else:
+            tmp = workdir / "config.json.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, workdir / "config.json")
 
 
 def check_config_drift(config: ml_collections.ConfigDict, workdir: epath.Path) -> None:
