@@ -3,17 +3,27 @@
 Configs are python files (`--config configs/bert.py:tiny`) with `--config.a.b=v` overrides, as in
 big_vision. Any bad input (unknown key, unknown preset, missing file) ends the program with one
 line on stderr naming the problem, exit status 2, and no traceback.
+
+Exit statuses: 0 finished; 2 bad input (`UserError`, one line); 130 Ctrl-C; 143 (128 + SIGTERM,
+what a shell reports for a process SIGTERM ended) stopped by SIGTERM: the run wrote a
+checkpoint and wants to be requeued (a pod or SLURM's `--requeue` can tell it from a finished
+run). While `main` runs, SIGTERM raises `Preempted`; a training loop defers it until its
+checkpoint is written (`bertology.train.run.Preemption`), so every CLI that trains gets 143
+without doing anything itself.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Callable
 
 from absl import flags
 from ml_collections import config_flags
 
-from bertology.errors import UserError
+from bertology.errors import Preempted, UserError
+
+EXIT_PREEMPTED = 128 + signal.SIGTERM
 
 
 def _clean(message: str) -> str:
@@ -40,6 +50,10 @@ def _unknown_key(key: str, argv: list[str]) -> str:
     return f"unknown config key {flag[len('--config.'):]!r} ({flag}); check the spelling against the config file"
 
 
+def _preempted(signum: int, frame: object) -> None:
+    raise Preempted("stopped by SIGTERM; rerun the same command to resume from the last checkpoint")
+
+
 def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[], None] | None = None,
         argv: list[str] | None = None) -> int:
     """Parse flags (`--config` plus whatever `define` adds), then call `main(FLAGS)`."""
@@ -60,7 +74,14 @@ def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[]
             raise UserError(f"config file not found: {_config_path(argv)}; e.g. --config configs/bert.py:tiny") from None
         if config is None:
             raise UserError("no --config given; e.g. --config configs/bert.py:tiny")
-        main(fv)
+        previous = signal.signal(signal.SIGTERM, _preempted)
+        try:
+            main(fv)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    except Preempted as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except (UserError, flags.Error) as e:
         print(f"{prog}: error: {_clean(e)}", file=sys.stderr)
         return 2

@@ -7,3 +7,9 @@ must name the problem and the fix.
 
 class UserError(Exception):
     """Bad input from the user: a missing file, an empty corpus, an unknown key, a mismatch."""
+
+
+class Preempted(Exception):
+    """The run was stopped by SIGTERM (a pod's or scheduler's preemption), after writing a
+    checkpoint if it was training. CLIs exit with `bertology.cli.EXIT_PREEMPTED` so a scheduler
+    can tell it from a finished run and requeue it."""

@@ -1,28 +1,55 @@
-"""Orbax checkpoints of the train state plus the data iterator's position.
+"""Orbax checkpoints of the train state plus the data iterator's position, verified on restore.
 
 Orbax writes each step into a temporary directory and renames it when complete, so a crash
-mid-save never leaves a half checkpoint that resume would pick up. Before restoring, shapes are
-checked against the current config so a mismatch fails with one line naming the tensor.
+mid-save never leaves a half checkpoint that resume would pick up. That does not protect against
+what happens to a step afterwards (a truncated or overwritten file, a power loss that leaves
+zero-length files, bit rot), and a read that succeeds proves nothing about the values. So every
+save also writes a manifest (the `checksums` item): a 64-bit fingerprint of each saved array and
+a SHA-256 of the data position's JSON. Restore recomputes both from what it read and compares;
+any failure (read error, missing or garbage file, mismatch) skips that step with a log line
+saying why, moves it to `WORKDIR/corrupt_checkpoints/`, and falls back to the next older step.
+A workdir whose checkpoints are all unusable is refused, never silently restarted from step 0.
+
+Fingerprints are computed on the devices by one jitted reduction (integer sums, so the same on
+any mesh or process count) over the arrays as they are sharded: no gather to host, and every
+process of a multi-process run gets the same numbers, so all make the same restore decision.
+The same pass checks that the state is finite: a checkpoint is never written from NaN or inf.
+
+Before restoring, shapes are checked against the current config so a mismatch fails with one
+line naming the tensor. A write that fails (disk full, quota, permissions) ends the run with one
+line; the step being written never becomes a checkpoint, so the previous ones stay intact.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
 import pathlib
-from typing import Any
+import time
+from typing import Any, Iterator
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
+from jax.experimental import multihost_utils
 
 from bertology.errors import UserError
-from bertology.train.metrics import is_remote
+from bertology.train.distributed import any_process
+from bertology.train.metrics import is_remote, log
+
+# What the divergence messages (here and in the train loop) suggest.
+DIVERGENCE_HINT = ("try a lower optimizer.learning_rate, more optimizer.warmup_steps, or model.dtype=float32, and "
+                   "resume from the last good checkpoint with --config.allow_config_change=<the keys you changed>")
 
 
 class Checkpointer:
-    """Saves and restores {step, params, opt_state} with the data position; every process takes
-    part (each writes its own shards), and `workdir` may be local or gs://."""
+    """Saves and restores {step, params, opt_state, ...} with the data position and a checksum
+    manifest; every process takes part (each writes its own shards), and `workdir` may be local
+    or gs://."""
 
     def __init__(self, workdir: str | pathlib.Path, keep: int):
         workdir = epath.Path(workdir)
@@ -30,39 +57,171 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
-            item_handlers={"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()},
+            item_handlers={"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler(),
+                           "checksums": ocp.JsonCheckpointHandler()},
         )
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
     def save(self, step: int, state: dict, data_state: dict) -> None:
-        self.manager.save(
-            step,
-            args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)),
-        )
+        """Write `state` (unless any of it is NaN or inf: then raise, writing nothing) with the
+        data position and their checksums. An I/O failure raises one line naming it."""
+        prints, finite = audit(state)
+        if not finite:
+            raise UserError(f"step {step}: the train state holds NaN or inf, so no checkpoint was written (the last "
+                            f"good one is step {self.latest_step()}); {DIVERGENCE_HINT}")
+        manifest = {"arrays": prints, "data": digest(data_state)}
+        with write_failures(self.directory, step):
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
+                checksums=ocp.args.JsonSave(manifest)))
 
-    def restore(self, step: int, abstract_state: dict) -> tuple[dict, dict]:
-        """Restore into the shapes, dtypes and shardings of `abstract_state` (a dict with `params`)."""
-        saved = self.manager.item_metadata(step)["state"]
-        if "opt_state" not in saved:
-            workdir = self.directory.parent
-            raise UserError(f"{workdir} holds imported parameters only, nothing to resume; start a new --workdir "
-                            f"with --config.init_checkpoint={workdir}")
-        check_shapes(saved["params"], abstract_state["params"], self.directory / str(step))
-        restored = self.manager.restore(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()
-            ),
-        )
-        return restored["state"], restored["data"]
+    def restore_latest(self, abstract_state: dict) -> tuple[int, dict, dict] | None:
+        """(step, state, data position) of the newest intact checkpoint, restored into the shapes,
+        dtypes and shardings of `abstract_state`; None if there is no checkpoint at all. Newer
+        steps that fail verification are logged and set aside; if none is intact, refuse."""
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        bad: list[int] = []
+        for step in steps:
+            restored, why = self._verified(step, abstract_state)
+            if restored is not None:
+                self._set_aside(bad)
+                return step, restored["state"], restored["data"]
+            log(f"checkpoint step {step} skipped: {why}")
+            bad.append(step)
+        if steps:
+            raise UserError(f"no intact checkpoint in {self.directory}: steps {steps} all failed verification (reasons "
+                            "above); restore them from a backup, or start over in a new --workdir")
+        return None
+
+    def _verified(self, step: int, abstract_state: dict) -> tuple[dict | None, str]:
+        """(the restored items, "") if `step` reads and matches its manifest, else (None, why).
+        Every process reaches the same verdict: read failures are agreed on, checksums are global."""
+        restored, why = None, ""
+        try:
+            saved = self.manager.item_metadata(step)["state"]
+            if "opt_state" not in saved:
+                workdir = self.directory.parent
+                raise UserError(f"{workdir} holds imported parameters only, nothing to resume; start a new "
+                                f"--workdir with --config.init_checkpoint={workdir}")
+            check_shapes(saved["params"], abstract_state["params"], self.directory / str(step))
+            restored = self.manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore(),
+                checksums=ocp.args.JsonRestore()))
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever a damaged step raises, it is not resumable
+            lines = str(e).strip().splitlines()
+            why = f"unreadable ({type(e).__name__}: {lines[0][:200] if lines else 'no message'})"
+        if any_process(restored is None):
+            return None, why or "unreadable on another process"
+        manifest = restored["checksums"]
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("arrays"), dict):
+            return None, "its checksum manifest is missing or malformed"
+        prints, _ = audit(restored["state"])
+        differ = sorted(k for k in prints.keys() | manifest["arrays"].keys() if prints.get(k) != manifest["arrays"].get(k))
+        if differ:
+            return None, f"checksum mismatch in {len(differ)} array(s), e.g. {differ[0]}"
+        if digest(restored["data"]) != manifest.get("data"):
+            return None, "checksum mismatch in the data-iterator state"
+        return restored, ""
+
+    def _set_aside(self, steps: list[int]) -> None:
+        """Move damaged steps to WORKDIR/corrupt_checkpoints (kept for inspection), so new saves
+        of those step numbers do not collide with them."""
+        if not steps:
+            return
+        if jax.process_index() == 0:
+            aside = self.directory.parent / "corrupt_checkpoints"
+            aside.mkdir(parents=True, exist_ok=True)
+            for step in steps:
+                target = aside / f"{step}-{int(time.time())}"
+                (self.directory / str(step)).rename(target)
+                log(f"moved the damaged checkpoint step {step} to {target}")
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices("bertology_checkpoints_set_aside")
+        self.manager.reload()
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        with write_failures(self.directory, None):
+            self.manager.wait_until_finished()
 
     def close(self) -> None:
         self.manager.close()
+
+
+@contextlib.contextmanager
+def write_failures(directory: epath.Path, step: int | None) -> Iterator[None]:
+    """Turn an OSError anywhere in a failed save (orbax wraps them) into one line. The step being
+    written stays a temporary directory that resume ignores, so the older checkpoints are intact."""
+    try:
+        yield
+    except Exception as error:
+        cause: BaseException | None = error
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        what = "disk full" if cause.errno in (errno.ENOSPC, errno.EDQUOT) else (cause.strerror or str(cause))
+        which = "a checkpoint" if step is None else f"checkpoint step {step}"
+        raise UserError(f"could not write {which} in {directory} ({what}); the checkpoints before it are intact: "
+                        "free space or move the workdir to a larger disk, then rerun the same command to resume") from None
+
+
+def audit(state: Any) -> tuple[dict[str, str], bool]:
+    """({array path: 64-bit fingerprint as hex}, whether every float in `state` is finite), by one
+    jitted pass over the arrays where they lie; the result is replicated to every process."""
+    leaves = jax.tree.leaves(state)
+    mesh = next((x.sharding.mesh for x in leaves if isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding)), None)
+    replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    prints, finite = jax.device_get(jax.jit(_audit, out_shardings=replicated)(state))
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(state)]
+    return {p: f"{int(a):08x}{int(b):08x}" for p, (a, b) in zip(paths, jax.tree.leaves(prints))}, bool(finite)
+
+
+def _audit(state: Any) -> tuple[Any, jax.Array]:
+    finite = jnp.array(True)
+    for x in jax.tree.leaves(state):
+        if jnp.issubdtype(x.dtype, jnp.inexact):
+            finite &= jnp.all(jnp.isfinite(x))
+    return jax.tree.map(fingerprint, state), finite
+
+
+def fingerprint(x: jax.Array) -> jax.Array:
+    """Two 32-bit lanes, each the wrapping sum over elements of a mix of (element bits, flat
+    index): any changed bit or moved element changes them; integer sums make the result
+    independent of how the array is sharded or the reduction ordered."""
+    x = jnp.asarray(x)
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    bits = x if x.dtype == jnp.uint32 else jax.lax.bitcast_convert_type(
+        x, {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize])
+    if x.dtype.itemsize == 8:  # (..., 2) halves
+        bits = _mix(bits[..., 0]) ^ bits[..., 1]
+    bits = bits.astype(jnp.uint32)
+    index = jnp.zeros(x.shape, jnp.uint32)
+    stride = 1
+    for d in reversed(range(x.ndim)):
+        index = index + jax.lax.broadcasted_iota(jnp.uint32, x.shape, d) * jnp.uint32(stride % 2**32)
+        stride *= x.shape[d]
+    a = _mix(bits ^ _mix(index + jnp.uint32(0x9E3779B9)))
+    b = _mix(bits + _mix(index ^ jnp.uint32(0x7F4A7C15)))
+    return jnp.stack([jnp.sum(a, dtype=jnp.uint32), jnp.sum(b, dtype=jnp.uint32)])
+
+
+def _mix(h: jax.Array) -> jax.Array:
+    """MurmurHash3's 32-bit finaliser: every input bit flips about half the output bits."""
+    h = h ^ (h >> 16)
+    h = h * jnp.uint32(0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = h * jnp.uint32(0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def digest(data_state: Any) -> str:
+    """SHA-256 of the data position as canonical JSON (what JsonSave writes and JsonRestore reads)."""
+    return hashlib.sha256(json.dumps(data_state, sort_keys=True).encode()).hexdigest()
 
 
 def load_params(workdir: str | pathlib.Path, step: int | None = None) -> tuple[Any, dict]:

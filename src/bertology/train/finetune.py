@@ -56,6 +56,8 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     c.eval_every = 0  # steps between evaluations; 0: only at the end
     c.checkpoint_every = 1000  # and at the last step; a rerun in the same workdir resumes
     c.keep_checkpoints = 2
+    c.max_nonfinite_steps = 5  # NaN/inf steps in a row (each skipped, not applied) before a run stops
+    c.allow_config_change = ""  # comma-separated keys a resumed run may change, e.g. total_steps,optimizer.learning_rate
     # Used only without init_checkpoint (a checkpoint brings its own model config).
     c.model = ml_collections.ConfigDict(dict(
         family="bert", vocab_size=placeholder(int), max_position_embeddings=512, dropout_rate=0.1,

@@ -6,11 +6,17 @@ writes; other processes get a writer that does nothing.
 A workdir on object storage (gs://, for TPU pods) cannot be appended to, so there metrics.jsonl
 is appended locally and copied over the remote file at every `flush` (each log line) and at
 `close`; tensorboardX writes gs:// itself (with google-cloud-storage installed).
+
+A resumed run redoes the steps after its checkpoint, so the writer first drops the rows of
+metrics.jsonl after the step it resumed from (`after_step`; rewritten atomically): every step
+has one row. TensorBoard event files are append-only and keep the old rows; TensorBoard shows
+the later values of a step written twice.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 import tempfile
@@ -34,9 +40,10 @@ def format_duration(seconds: float) -> str:
 
 
 class MetricsWriter:
-    """Appends `{"step": s, **metrics}` lines to workdir/metrics.jsonl and TensorBoard scalars."""
+    """Appends `{"step": s, **metrics}` lines to workdir/metrics.jsonl and TensorBoard scalars,
+    after dropping the file's rows with step > `after_step` (None: keep every row)."""
 
-    def __init__(self, workdir: str | pathlib.Path):
+    def __init__(self, workdir: str | pathlib.Path, after_step: int | None = None):
         self.enabled = jax.process_index() == 0
         if not self.enabled:
             return
@@ -48,6 +55,12 @@ class MetricsWriter:
         local = pathlib.Path(tempfile.mkdtemp()) / "metrics.jsonl" if self._remote else workdir / "metrics.jsonl"
         if self._remote and self._remote.exists():  # a resumed run continues the remote file
             local.write_text(self._remote.read_text())
+        if after_step is not None and local.exists():
+            keep = [line for line in local.read_text().splitlines(keepends=True)
+                    if line.endswith("\n") and json.loads(line)["step"] <= after_step]  # a kill may cut the last line
+            tmp = local.with_name(local.name + ".tmp")
+            tmp.write_text("".join(keep))
+            os.replace(tmp, local)
         self._jsonl = open(local, "a", buffering=1)
         self._tb = SummaryWriter(str(workdir / "tensorboard"))
 

@@ -10,21 +10,41 @@ SIGTERM a checkpoint and a clean exit. A rerun in the same workdir continues exa
 uninterrupted run would: the dropout key of step s is fold_in(seed key, s), and the data
 position is saved with every checkpoint.
 
+What a run survives (issue 18), and how:
+- Divergence: a step whose loss or gradient norm is NaN or inf is not applied (inside the jitted
+  step, by a select: no host sync); the state keeps a count, `skipped_steps`, written with the
+  metrics. `max_nonfinite_steps` such steps in a row end the run with one line. No checkpoint is
+  written while steps are being skipped (the last one stays that of an applied step), and never
+  from a non-finite state (`Checkpointer.save` checks).
+- Damaged checkpoints: verified against their checksums on restore; see `checkpoint.py`.
+- Two runs on one workdir: `RunLock` (WORKDIR/run.lock).
+- Config drift: resuming a workdir whose saved config.json differs from this run's config is
+  refused, naming the keys (`check_config_drift`); config.json is written only after the check.
+- SIGTERM: the loop checkpoints and stops, then passes the signal on to the handler that was
+  installed before `fit` (the CLI's, which exits with status 143; `bertology.cli`).
+- metrics.jsonl: a resumed run first drops the rows after the step it resumed from.
+
 The config keys read here are the ones every run config has: `seed`, `mesh`, `batch_size`,
-`grad_accum_steps`, `log_every`, `eval_every`, `checkpoint_every`, `keep_checkpoints`.
+`grad_accum_steps`, `log_every`, `eval_every`, `checkpoint_every`, `keep_checkpoints`, and, with
+the defaults below where a config lacks them, `max_nonfinite_steps` and `allow_config_change`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import os
 import pathlib
 import signal
+import socket
+import threading
 import time
 from typing import Any, Callable, Iterator, Protocol
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
@@ -36,13 +56,22 @@ from bertology.data.tokenizers import for_data
 from bertology.errors import UserError
 from bertology.objectives import Objective
 from bertology.train import sharding
-from bertology.train.checkpoint import Checkpointer
+from bertology.train.checkpoint import DIVERGENCE_HINT, Checkpointer
 from bertology.train.distributed import any_process
-from bertology.train.metrics import MetricsWriter, format_duration, log
+from bertology.train.metrics import MetricsWriter, format_duration, is_remote, log
 from bertology.train.step import State, fresh_state, make_train_step, param_init
 
-# The step's own metrics; the log line shows lr on its own and leaves grad_norm to the files.
-STEP_METRICS = ("learning_rate", "grad_norm")
+# The train state's count of steps not applied because their loss or gradient was not finite.
+SKIPPED = "skipped_steps"
+# The step's own metrics; the log line shows lr on its own and leaves the others to the files.
+STEP_METRICS = ("learning_rate", "grad_norm", SKIPPED)
+# Defaults for configs that do not set these keys (recipes.pretraining and fine-tuning's do).
+MAX_NONFINITE_STEPS = 5
+# Keys that may differ between a run and the run it resumes without `allow_config_change`: they
+# change what is logged, evaluated or kept, or where the run is placed, never what it computes.
+# (total_steps is not among them: the learning-rate schedule is a function of it.)
+SAFE_TO_CHANGE = ("log_every", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints",
+                  "max_nonfinite_steps", "allow_config_change", "mesh", "data.cache_dir")
 
 
 class Batches(Protocol):
@@ -71,14 +100,183 @@ def resolve_vocab(config: ml_collections.ConfigDict) -> tuple[pathlib.Path, Any]
 
 
 def write_config(config: ml_collections.ConfigDict, workdir: epath.Path) -> None:
-    """Keep the resolved config beside the checkpoints: fine-tuning and export rebuild the model from it."""
+    """Keep the resolved config beside the checkpoints: fine-tuning and export rebuild the model from it.
+    Replaced whole (other processes may be reading it for `check_config_drift`; an object-store
+    write is whole by itself)."""
     if jax.process_index() == 0:
         workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+        text = config.to_json_best_effort(indent=2)
+        if is_remote(workdir):
+            (workdir / "config.json").write_text(text)
+        else:
+            tmp = workdir / "config.json.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, workdir / "config.json")
+
+
+def check_config_drift(config: ml_collections.ConfigDict, workdir: epath.Path) -> None:
+    """Refuse to resume `workdir` with a config that differs from the one it was trained with
+    (its config.json) in any key but `SAFE_TO_CHANGE` and those listed, comma-separated, in
+    `config.allow_config_change` (a listed key covers the keys under it: `optimizer` allows
+    every optimizer.* change). Otherwise the checkpoint would be continued as a different run
+    than the one its config.json describes: another model shape, vocabulary, batch or data."""
+    saved_file = workdir / "config.json"
+    if not saved_file.exists():
+        return
+    saved = _flat(json.loads(saved_file.read_text()))
+    now = _flat(json.loads(config.to_json_best_effort()))
+    listed = [k.strip() for k in str(config.get("allow_config_change") or "").split(",") if k.strip()]
+    allowed = (*SAFE_TO_CHANGE, *listed)
+    missing = object()
+    differ = [k for k in sorted(saved.keys() | now.keys())
+              if saved.get(k, missing) != now.get(k, missing) and not any(k == a or k.startswith(a + ".") for a in allowed)]
+    if differ:
+        shown = ", ".join(f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in differ[:6]) + (" ..." if len(differ) > 6 else "")
+        raise UserError(f"{workdir} was trained with a different config ({shown}); resume with the config it was "
+                        f"trained with, use a new --workdir, or pass --config.allow_config_change={','.join(differ)} "
+                        "if the change is intended")
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a.b": value} for a nested dict (lists and empty dicts stay values)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+class RunLock:
+    """WORKDIR/run.lock, holding the pid, host and start time of the run using the workdir, so a
+    second run on it refuses instead of writing the same checkpoints and metrics.
+
+    A lock is stale, and taken over with a log line, when its process is gone (same host, pid
+    not alive) or its heartbeat (refreshed every `HEARTBEAT_S` by a thread of the holder) is older
+    than `STALE_S` (a holder on another host that died). The file is created complete with an
+    atomic link, so a reader never sees half a lock. Multi-process runs: only process 0 locks.
+    Object-storage workdirs (gs://) have no atomic create, and are not locked.
+    """
+
+    HEARTBEAT_S = 30.0
+    STALE_S = 300.0
+
+    def __init__(self, workdir: epath.Path):
+        self.path = pathlib.Path(str(workdir)) / "run.lock"
+        self.me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            if self._create():
+                self._thread = threading.Thread(target=self._beat, daemon=True, name="run-lock-heartbeat")
+                self._thread.start()
+                return
+            holder = self.holder()
+            why = self.stale_because(holder)
+            if why is None:
+                started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["started"]))
+                raise UserError(f"{self.path.parent} is in use by another run (pid {holder['pid']} on {holder['host']}, "
+                                f"started {started}); wait for it to finish or use another --workdir")
+            log(f"taking over the lock {self.path} of pid {holder.get('pid')} on {holder.get('host')} ({why})")
+            self.path.unlink(missing_ok=True)
+        raise UserError(f"could not take the lock {self.path}: other runs keep taking it; use another --workdir")
+
+    def holder(self) -> dict[str, Any]:
+        """The lock's contents; {} if it is unreadable (only a lock file written by hand can be)."""
+        try:
+            holder = json.loads(self.path.read_text())
+            return holder if isinstance(holder, dict) and {"pid", "host", "started", "heartbeat"} <= holder.keys() else {}
+        except (OSError, ValueError):
+            return {}
+
+    def stale_because(self, holder: dict[str, Any]) -> str | None:
+        """Why `holder`'s lock may be taken over, or None while it is live."""
+        if not holder:
+            return "it is unreadable"
+        if holder["host"] == self.me["host"] and not _alive(int(holder["pid"])):
+            return "that process is gone"
+        if time.time() - holder["heartbeat"] > self.STALE_S:
+            return f"no heartbeat for {format_duration(time.time() - holder['heartbeat'])}"
+        return None
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.holder().get("pid") == self.me["pid"] and self.holder().get("host") == self.me["host"]:
+            self.path.unlink(missing_ok=True)
+
+    def _create(self) -> bool:
+        tmp = self.path.with_name(f"run.lock.{self.me['pid']}.tmp")
+        tmp.write_text(json.dumps({**self.me, "heartbeat": time.time()}))
+        try:
+            os.link(tmp, self.path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.HEARTBEAT_S):
+            if self.holder().get("started") != self.me["started"]:
+                return  # taken over (this process was stopped for longer than STALE_S): not ours to refresh
+            tmp = self.path.with_name(f"run.lock.{self.me['pid']}.tmp")
+            tmp.write_text(json.dumps({**self.me, "heartbeat": time.time()}))
+            os.replace(tmp, self.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def locked(workdir: epath.Path) -> Iterator[None]:
+    """Hold `workdir`'s RunLock (process 0 of a local workdir) for the duration."""
+    lock = RunLock(workdir) if jax.process_index() == 0 and not is_remote(workdir) else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def skip_nonfinite(step_fn: Callable) -> Callable:
+    """Wrap a train step so that a step whose loss or gradient norm is NaN or inf leaves params
+    and optimizer state as they were (the step counter still advances, as the data did) and adds
+    one to state[SKIPPED]. A select inside the jitted step: no host sync, so no cost per step."""
+
+    def step(state: State, batch: dict[str, jax.Array], key: jax.Array) -> tuple[State, dict]:
+        new, metrics = step_fn(state, batch, key)
+        ok = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"])
+        kept = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, state)
+        kept = {**kept, "step": new["step"], SKIPPED: state[SKIPPED] + (~ok).astype(jnp.int32)}
+        return kept, {**metrics, SKIPPED: kept[SKIPPED]}
+
+    return step
+
+
+def initial_state(params: Any, tx: optax.GradientTransformation) -> State:
+    """The train state at step 0: `fresh_state` plus the count of skipped steps."""
+    return {**fresh_state(params, tx), SKIPPED: jnp.zeros((), jnp.int32)}
 
 
 class Preemption:
-    """Turns SIGTERM into a flag the loop checks after each step, so it can checkpoint and exit."""
+    """Turns SIGTERM into a flag the loop checks after each step, so it can checkpoint and exit;
+    then `restore(forward=True)` hands the signal to the handler installed before (if a Python
+    one: the CLI's, which exits with its preemption status)."""
 
     def __init__(self):
         self.requested = False
@@ -87,8 +285,10 @@ class Preemption:
     def _handle(self, signum, frame):
         self.requested = True
 
-    def restore(self):
+    def restore(self, forward: bool) -> None:
         signal.signal(signal.SIGTERM, self._previous)
+        if forward and callable(self._previous):
+            self._previous(signal.SIGTERM, None)
 
 
 @dataclasses.dataclass
@@ -128,11 +328,14 @@ class Run:
     def fit(self, batches: Batches, total_steps: int, evaluate: Callable[[Any], dict[str, float]] | None = None) -> dict:
         """Train from the current step to `total_steps`. `evaluate(params)` (if given) runs every
         `eval_every` steps and at the last; its numbers are logged and written with an `eval_`
-        prefix. Returns {history (this call's steps), state, step, preempted}."""
+        prefix. Returns {history (this call's steps), state, step, preempted}. Raises UserError
+        after `max_nonfinite_steps` consecutive non-finite steps."""
         c = self.config
         if self.data_state is not None:
             batches.set_state(self.data_state)
         step = self.step
+        limit = c.get("max_nonfinite_steps", MAX_NONFINITE_STEPS)
+        skipped, in_a_row = int(jax.device_get(self.state[SKIPPED])), 0
         history: list[dict[str, float]] = []
         pending: list[dict] = []
         t_last, step_last = time.time(), step
@@ -148,10 +351,11 @@ class Run:
                 step += 1
                 pending.append(metrics)
                 log_now = step % c.log_every == 0 or step == total_steps
+                save_now = step % c.checkpoint_every == 0 or step == total_steps
                 # Agreeing on a stop is a blocking cross-host collective: one process checks its flag
                 # every step, several only at log steps, where the loop waits for the device anyway.
                 stop = any_process(preemption.requested) if log_now or jax.process_count() == 1 else False
-                if log_now or stop:
+                if log_now or stop or save_now:  # rows are read before a save: skips are counted first
                     rows = jax.device_get(pending)
                     pending = []
                     for i, m in enumerate(rows):
@@ -159,23 +363,38 @@ class Run:
                         m = {k: float(v) for k, v in m.items()}
                         self.writer.write(s, m)
                         history.append({"step": s, **m})
-                    now = time.time()
-                    rate = (step - step_last) / max(now - t_last, 1e-9)
-                    log(log_line(history[-1], total_steps, rate * tokens_per_step,
-                                 (total_steps - step) / max(rate, 1e-9)))
-                    t_last, step_last = now, step
-                    self.writer.flush()
+                        in_a_row = in_a_row + 1 if m[SKIPPED] > skipped else 0
+                        if m[SKIPPED] > skipped:
+                            log(f"step {s}: loss {m['loss']} / gradient norm {m['grad_norm']} not finite; the update "
+                                f"was not applied ({int(m[SKIPPED])} skipped so far)")
+                        skipped = int(m[SKIPPED])
+                        if in_a_row >= limit:
+                            self.writer.flush()
+                            raise UserError(
+                                f"training diverged: the loss or gradient was NaN or inf at {in_a_row} steps in a row "
+                                f"(steps {s - in_a_row + 1}-{s}, none applied; max_nonfinite_steps={limit}); the last "
+                                f"checkpoint is step {self.checkpointer.latest_step()}; {DIVERGENCE_HINT}")
+                    if log_now or stop:
+                        now = time.time()
+                        rate = (step - step_last) / max(now - t_last, 1e-9)
+                        log(log_line(history[-1], total_steps, rate * tokens_per_step,
+                                     (total_steps - step) / max(rate, 1e-9)))
+                        t_last, step_last = now, step
+                        self.writer.flush()
                 if evaluate is not None and ((c.eval_every and step % c.eval_every == 0) or step == total_steps):
                     ev = evaluate(self.state["params"])
                     self.writer.write(step, ev, prefix="eval_")
                     log(f"eval @ {step}: " + " | ".join(f"{k} {v:.4f}" for k, v in ev.items()))
-                if step % c.checkpoint_every == 0 or step == total_steps or stop:
+                if (save_now or stop) and in_a_row:  # keep the last checkpoint of an applied step as the last good one
+                    log(f"step {step}: no checkpoint while updates are being skipped")
+                elif save_now or stop:
                     self.checkpointer.save(step, self.state, batches.get_state())
                 if stop:
-                    log(f"SIGTERM: checkpoint written at step {step}; rerun the same command to resume")
+                    log(f"SIGTERM: checkpoint written at step {self.checkpointer.latest_step()}; "
+                        "rerun the same command to resume")
                     break
         finally:
-            preemption.restore()
+            preemption.restore(forward=stop)
         return {"history": history, "state": self.state, "step": step, "preempted": stop}
 
 
@@ -207,31 +426,35 @@ def setup(
     """
     validation.check(config)
     workdir = epath.Path(workdir)
-    write_config(config, workdir)
-    mesh, rules = sharding.make_mesh(config.mesh), sharding.rules_for(config.mesh)
-    key = jax.random.key(config.seed)
-    init_params = param_init(model, example)
-    unboxed_init = lambda k: nn.meta.unbox(init_params(k))  # noqa: E731
-    with sharding.activate(mesh, rules):
+    with locked(workdir), contextlib.ExitStack() as cleanup:
+        mesh, rules = sharding.make_mesh(config.mesh), sharding.rules_for(config.mesh)
+        key = jax.random.key(config.seed)
+        init_params = param_init(model, example)
+        unboxed_init = lambda k: nn.meta.unbox(init_params(k))  # noqa: E731
+        cleanup.enter_context(sharding.activate(mesh, rules))
         tx, lr = optimizer(jax.eval_shape(unboxed_init, key))
-        boxed = jax.eval_shape(lambda k: fresh_state(init_params(k), tx), key)
+        boxed = jax.eval_shape(lambda k: initial_state(init_params(k), tx), key)
         shardings = sharding.logical_shardings(boxed, mesh, rules)
         checkpointer = Checkpointer(workdir, config.keep_checkpoints)
-        latest = checkpointer.latest_step()
+        cleanup.callback(checkpointer.close)
+        if checkpointer.manager.all_steps():
+            check_config_drift(config, workdir)  # before config.json is rewritten
+        write_config(config, workdir)
+        resumed = checkpointer.restore_latest(sharding.abstract_arrays(boxed, shardings))
         data_state = None
-        if latest is None:
+        if resumed is None:
             params = jax.jit(unboxed_init, out_shardings=shardings["params"])(key)
             if start_params is not None:
                 params = jax.device_put(start_params(params), shardings["params"])
-            state = jax.jit(lambda p: fresh_state(p, tx), out_shardings=shardings)(params)
+            state = jax.jit(lambda p: initial_state(p, tx), out_shardings=shardings)(params)
         else:
-            state, data_state = checkpointer.restore(latest, sharding.abstract_arrays(boxed, shardings))
+            latest, state, data_state = resumed
             log(f"resumed from {checkpointer.directory / str(latest)} at step {latest}")
 
         replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         batch_sharding = sharding.batch_sharding(mesh, rules)
         train_step = jax.jit(
-            make_train_step(model, objective, tx, lr, config.grad_accum_steps),
+            skip_nonfinite(make_train_step(model, objective, tx, lr, config.grad_accum_steps)),
             in_shardings=(shardings, batch_sharding, replicated),
             out_shardings=(shardings, replicated),
             donate_argnums=(0,),
@@ -241,10 +464,7 @@ def setup(
             in_shardings=(shardings["params"], batch_sharding),
             out_shardings=replicated,
         )
-        writer = MetricsWriter(workdir)
-        try:
-            yield Run(config, mesh, rules, key, objective, state, train_step, eval_step, checkpointer, writer, data_state)
-        finally:
-            checkpointer.wait()
-            checkpointer.close()
-            writer.close()
+        writer = MetricsWriter(workdir, after_step=0 if resumed is None else resumed[0])
+        cleanup.callback(writer.close)
+        cleanup.callback(checkpointer.wait)
+        yield Run(config, mesh, rules, key, objective, state, train_step, eval_step, checkpointer, writer, data_state)
