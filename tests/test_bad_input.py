@@ -7,7 +7,6 @@ that does not divide over them is a real case). The inputs are made once per mod
 
 from __future__ import annotations
 
-import json
 import pathlib
 import sys
 import types

@@ -295,3 +295,35 @@ def test_kill_9_during_a_checkpoint_write_resumes_exactly(straight, tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert_same_run(fit(work), straight[1], 2)
     assert losses(work) == losses(straight[0])
+
+
+
+def test_a_checkpoint_from_before_checksums_resumes_exactly(tmp_path, straight):
+    """A step written before manifests and the skipped-step count existed (no `checksums` item, no
+    `skipped_steps` in the state) is resumed unverified, with the count starting at 0."""
+    _, straight_out = straight
+    fit(tmp_path, total=4)
+    directory = tmp_path / "checkpoints"
+    handlers = {"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()}
+    with ocp.CheckpointManager(directory, item_handlers=handlers) as manager:
+        saved = manager.restore(4, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                            data=ocp.args.JsonRestore()))
+    shutil.rmtree(directory / "4")
+    saved["state"].pop(run_lib.SKIPPED)
+    with ocp.CheckpointManager(directory, item_handlers=handlers) as manager:  # as the code before checksums
+        manager.save(4, args=ocp.args.Composite(state=ocp.args.StandardSave(saved["state"]),
+                                                data=ocp.args.JsonSave(saved["data"])))
+    assert not (directory / "4" / "checksums").exists()
+    assert_same_run(fit(tmp_path), straight_out, 4)
+
+
+def test_a_moved_vocabulary_is_not_config_drift(tmp_path):
+    """The same vocabulary file at another path (another clone of the repo) is not a change; a
+    different file is."""
+    a, b, c = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"
+    a.write_text("[PAD]\nhello\n")
+    b.write_text("[PAD]\nhello\n")
+    c.write_text("[PAD]\nworld\n")
+    assert run_lib.same_value(str(a), str(b))
+    assert not run_lib.same_value(str(a), str(c))
+    assert not run_lib.same_value(1, "1")

@@ -10,7 +10,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import pytest
 
 from bertology.objectives import Mean, Objective, Terms
 from bertology.train import run as run_lib

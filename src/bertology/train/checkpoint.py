@@ -98,7 +98,7 @@ class Checkpointer:
     def _verified(self, step: int, abstract_state: dict) -> tuple[dict | None, str]:
         """(the restored items, "") if `step` reads and matches its manifest, else (None, why).
         Every process reaches the same verdict: read failures are agreed on, checksums are global."""
-        restored, why = None, ""
+        restored, why, legacy = None, "", False
         try:
             saved = self.manager.item_metadata(step)["state"]
             if "opt_state" not in saved:
@@ -106,9 +106,17 @@ class Checkpointer:
                 raise UserError(f"{workdir} holds imported parameters only, nothing to resume; start a new "
                                 f"--workdir with --config.init_checkpoint={workdir}")
             check_shapes(saved["params"], abstract_state["params"], self.directory / str(step))
+            # Checkpoints written before manifests existed have none: resumed as they are, said so.
+            # They also lack the state entries added since (the skipped-step count): those start at 0.
+            legacy = not (self.directory / str(step) / "checksums").exists()
+            items = {} if legacy else {"checksums": ocp.args.JsonRestore()}
+            added = sorted(set(abstract_state) - set(saved)) if legacy else []
             restored = self.manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore(),
-                checksums=ocp.args.JsonRestore()))
+                state=ocp.args.StandardRestore({k: v for k, v in abstract_state.items() if k not in added}),
+                data=ocp.args.JsonRestore(), **items))
+            for k in added:
+                restored["state"][k] = jax.device_put(np.zeros(abstract_state[k].shape, abstract_state[k].dtype),
+                                                      abstract_state[k].sharding)
         except UserError:
             raise
         except Exception as e:  # noqa: BLE001 - whatever a damaged step raises, it is not resumable
@@ -116,6 +124,9 @@ class Checkpointer:
             why = f"unreadable ({type(e).__name__}: {lines[0][:200] if lines else 'no message'})"
         if any_process(restored is None):
             return None, why or "unreadable on another process"
+        if legacy:
+            log(f"checkpoint step {step} has no checksums (written before they existed): resumed unverified")
+            return restored, ""
         manifest = restored["checksums"]
         if not isinstance(manifest, dict) or not isinstance(manifest.get("arrays"), dict):
             return None, "its checksum manifest is missing or malformed"

@@ -129,12 +129,44 @@ def check_config_drift(config: ml_collections.ConfigDict, workdir: epath.Path) -
     allowed = (*SAFE_TO_CHANGE, *listed)
     missing = object()
     differ = [k for k in sorted(saved.keys() | now.keys())
-              if saved.get(k, missing) != now.get(k, missing) and not any(k == a or k.startswith(a + ".") for a in allowed)]
+              if not same_value(saved.get(k, missing), now.get(k, missing))
+              and not any(k == a or k.startswith(a + ".") for a in allowed)]
     if differ:
         shown = ", ".join(f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in differ[:6]) + (" ..." if len(differ) > 6 else "")
         raise UserError(f"{workdir} was trained with a different config ({shown}); resume with the config it was "
                         f"trained with, use a new --workdir, or pass --config.allow_config_change={','.join(differ)} "
                         "if the change is intended")
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal config values, where two paths count as equal when they hold the same bytes: a
+    checkout or data directory that moved (another clone, a remounted disk) is not a change."""
+    if a == b:
+        return True
+    if not (isinstance(a, str) and isinstance(b, str)):
+        return False
+    files_a, files_b = _files(a), _files(b)
+    if not files_a or len(files_a) != len(files_b):
+        return False
+    if pathlib.Path(a).is_dir() and [f.name for f in files_a] != [f.name for f in files_b]:
+        return False
+    if sum(f.stat().st_size for f in files_a) > CONTENT_COMPARE_BYTES:  # a corpus: names and sizes only
+        return [f.stat().st_size for f in files_a] == [f.stat().st_size for f in files_b]
+    return all(fa.read_bytes() == fb.read_bytes() for fa, fb in zip(files_a, files_b))
+
+
+CONTENT_COMPARE_BYTES = 256 << 20
+
+
+def _files(value: str) -> list[pathlib.Path]:
+    """The file a path names, or the files directly inside the directory it names; [] otherwise."""
+    path = pathlib.Path(value)
+    try:
+        if path.is_file():
+            return [path]
+        return sorted(f for f in path.iterdir() if f.is_file()) if path.is_dir() else []
+    except OSError:
+        return []
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
