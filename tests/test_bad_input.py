@@ -8,7 +8,6 @@ that does not divide over them is a real case). The inputs are made once per mod
 from __future__ import annotations
 
 import pathlib
-import sys
 import types
 
 import flax.linen as nn
@@ -161,11 +160,8 @@ CASES = [
 ]
 
 
-def outcome(cli: str, argv: list[str], capsys, monkeypatch) -> tuple[int, list[str]]:
-    """(exit status, stderr lines) of one CLI run; an exception escaping `main` propagates.
-
-    ml_collections registers the `--config.*` overrides from sys.argv, so it is set as well."""
-    monkeypatch.setattr(sys, "argv", argv)
+def outcome(cli: str, argv: list[str], capsys) -> tuple[int, list[str]]:
+    """(exit status, stderr lines) of one CLI run; an exception escaping `main` propagates."""
     code = MAINS[cli](argv)
     return code, capsys.readouterr().err.strip().splitlines()
 
@@ -176,9 +172,9 @@ def inputs(tmp_path_factory) -> types.SimpleNamespace:
 
 
 @pytest.mark.parametrize("cli, make_argv, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line(cli, make_argv, expected, inputs, tmp_path, capsys, monkeypatch):
+def test_bad_input_is_one_line(cli, make_argv, expected, inputs, tmp_path, capsys):
     paths = types.SimpleNamespace(**vars(inputs), out=str(tmp_path / "out"))
-    code, lines = outcome(cli, make_argv(paths), capsys, monkeypatch)
+    code, lines = outcome(cli, make_argv(paths), capsys)
     assert code == 2, lines
     assert len(lines) == 1 and lines[0].startswith(f"bertology.{cli}: error: "), lines
     assert expected in lines[0], lines[0]

@@ -57,11 +57,13 @@ def _preempted(signum: int, frame: object) -> None:
 def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[], None] | None = None,
         argv: list[str] | None = None) -> int:
     """Parse flags (`--config` plus whatever `define` adds), then call `main(FLAGS)`."""
+    argv = sys.argv if argv is None else argv
     fv = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/bert.py:tiny", flag_values=fv)
+    # sys_argv: the --config.* overrides are read from `argv`, not the process's own command line.
+    config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/bert.py:tiny", flag_values=fv,
+                                    sys_argv=argv)
     if define:
         define(fv)
-    argv = sys.argv if argv is None else argv
     try:
         try:
             fv(argv)
