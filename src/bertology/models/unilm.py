@@ -12,7 +12,9 @@ Because the parameter tree is BERT's (`encoder/...` with the pooler, `mlm/...`),
 converted Hugging Face BERT starts it: `from_bert` copies every tensor it has at the same path
 and widens the two-row segment table to six rows as unilm-v1's `from_pretrained` does (rows
 2, 3, 4 from row 0; row 5 from row 1). The same function starts BERT-as-encoder models
-(`configs/bert2bert.py`): an encoder-decoder whose encoder has BERT's names.
+(`configs/bert2bert.py`): an encoder-decoder whose encoder has BERT's names. (The pretraining
+loop's `init_checkpoint` adopts only a checkpoint of the config's own family; for a BERT
+checkpoint it has to keep this config's model block and start from `from_bert(saved, fresh)`.)
 
 `greedy_seq2seq` decodes a target for a source the UniLM way: the next token is the MLM
 prediction at a `[MASK]` appended after the tokens so far, under the sequence-to-sequence mask.
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
