@@ -141,7 +141,7 @@ def test_lm_streams_are_deterministic_and_resume_exactly(objective):
 
 
 def test_unknown_names_are_one_line_user_errors():
-    names = "bart, causal, mass, mlm, prefix_lm, span_corruption"
+    names = "bart, causal, mass, mlm, prefix_lm, span_corruption, unilm"
     with pytest.raises(UserError, match=rf"^data.objective='xlnet' is unknown; use one of {names}$"):
         PretrainingStream(docs(), TOK, cfg(objective="xlnet"), batch_size=8, seed=0)
     with pytest.raises(UserError, match=r"data.instances='rows' is unknown; use one of pairs, full_sentences, packed"):

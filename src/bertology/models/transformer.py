@@ -198,24 +198,36 @@ class Mask:
     - bidirectional: every query sees every real key (`keys`, the padding mask);
     - packed: and only keys of its own document (`documents`: packing ids, 1, 2, ...);
     - causal: and only keys at or before its own position;
-    - prefix: causal, except that every query also sees the first `prefix[b]` keys (T5's prefix LM,
-      UniLM's sequence-to-sequence rows);
-    - explicit: and only where `explicit[b, q, k]` is True (UniLM's mixed rows, XLNet's permutations).
+    - prefix: causal, except that every query also sees the first `prefix[b]` keys (T5's prefix LM);
+    - per-row kinds (`kinds[b]`, an index into `KINDS`; UniLM's mixed batches, one shared
+      network for every row): bidirectional, left-to-right (keys at or before the query),
+      right-to-left (keys at or after it) or sequence-to-sequence (every query sees the
+      `prefix[b]` source keys, and a target query also the target keys up to itself; a source
+      query sees no target). An id outside `KINDS` counts as bidirectional;
+    - explicit: and only where `explicit[b, q, k]` is True (XLNet's permutations).
+
+    Kinds and prefixes are per-row scalars, so no [batch, L, L] array crosses from the host.
     """
+
+    KINDS = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")  # `mask_kind` ids 0..3
 
     keys: Array  # [batch, keys] bool
     documents: Array | None = None  # [batch, length] int
     prefix: Array | None = None  # [batch] int
     explicit: Array | None = None  # [batch, queries, keys] bool
+    kinds: Array | None = None  # [batch] int, indices into KINDS
     causal: bool = flax.struct.field(pytree_node=False, default=False)
 
     @classmethod
     def from_batch(cls, batch: dict[str, Array], causal: bool = False) -> "Mask":
         """The mask a batch asks for: `input_mask`, and `packing_ids`, `prefix_length`,
-        `explicit_mask` where present. `causal` is the model's own kind (a decoder's)."""
-        prefix = batch.get("prefix_length")
+        `mask_kind`, `explicit_mask` where present. `causal` is the model's own kind (a
+        decoder's). Without `mask_kind`, a `prefix_length` makes every row a prefix LM; with it,
+        `prefix_length` is the source length of the sequence-to-sequence rows."""
+        prefix, kinds = batch.get("prefix_length"), batch.get("mask_kind")
         return cls(keys=batch["input_mask"] > 0, documents=batch.get("packing_ids"), prefix=prefix,
-                   explicit=batch.get("explicit_mask"), causal=causal or prefix is not None)
+                   explicit=batch.get("explicit_mask"), kinds=kinds,
+                   causal=causal or (prefix is not None and kinds is None))
 
     def lower(self, rows: Array | None = None) -> tuple[Array, bool]:
         """(boolean mask broadcastable to [batch, 1, queries, keys], is_causal) for
@@ -233,17 +245,32 @@ class Mask:
         if self.explicit is not None:
             explicit = self.explicit if rows is None else jnp.take_along_axis(self.explicit, rows[..., None], axis=1)
             allowed = allowed & explicit[:, None]
+        if self.kinds is not None:
+            allowed = allowed & self._per_row_kinds(rows)[:, None]
         if not self.causal:
             return allowed, False
-        if rows is None and self.prefix is None:
+        prefix = self.prefix if self.kinds is None else None
+        if rows is None and prefix is None:
             return allowed, True
         key_pos = jnp.arange(self.keys.shape[1])
         if rows is None:
             rows = key_pos[None, :]
         visible = key_pos[None, None, :] <= rows[..., None]
-        if self.prefix is not None:
-            visible = visible | (key_pos[None, None, :] < self.prefix[:, None, None])
+        if prefix is not None:
+            visible = visible | (key_pos[None, None, :] < prefix[:, None, None])
         return allowed & visible[:, None], False
+
+    def _per_row_kinds(self, rows: Array | None) -> Array:
+        """[batch, queries, keys] visibility of each row's kind (see the class docstring)."""
+        key_pos = jnp.arange(self.keys.shape[1])
+        queries = key_pos[None, :] if rows is None else rows
+        before = key_pos[None, None, :] <= queries[..., None]  # left-to-right
+        after = key_pos[None, None, :] >= queries[..., None]  # right-to-left
+        prefix = jnp.zeros_like(self.kinds) if self.prefix is None else self.prefix
+        seq2seq = before | (key_pos[None, None, :] < prefix[:, None, None])
+        kind = self.kinds[:, None, None]
+        l2r, r2l, s2s = (self.KINDS.index(k) for k in ("left_to_right", "right_to_left", "seq2seq"))
+        return jnp.where(kind == l2r, before, jnp.where(kind == r2l, after, jnp.where(kind == s2s, seq2seq, True)))
 
 
 class Adapter(nn.Module):
