@@ -1,28 +1,45 @@
-"""Text generation from a decoder-only model: batched, one jitted program, against the KV cache.
+"""Text generation against the KV cache: decoder-only and encoder-decoder models, greedy,
+sampled or beam search, each batched and compiled as one jitted program.
 
     tokens = generate(model, params, input_ids, input_mask, max_new_tokens=50, top_p=0.9, temperature=0.8)
+    tokens = generate(t5, params, source_ids, source_mask, max_new_tokens=40, decoder_start_id=0, eos_id=1,
+                      num_beams=4, length_penalty=0.6)
     texts = generate_text("runs/gpt_tiny", ["Return the"], max_new_tokens=20)
 
-Prompts of different lengths share a batch by left padding: every row's last prompt token then
-sits in the same column, so one step feeds one new column for all rows, and positions come from
-the mask (`max(cumsum(mask) - 1, 0)`), so a padded row sees exactly what it would alone. The
-prompt goes into the KV cache in one call (prefill); then one token per step inside a
-`lax.while_loop`, all in one `jax.jit` compiled once per (model, batch, prompt length,
-max_new_tokens, sampling settings). The loop stops early once every row has emitted `eos_id`.
+One path for every model: `_prime` fills the cache and names the first token to feed, then a
+`lax.while_loop` feeds one token per row and step. For a decoder-only model the prompts share a
+batch by left padding: every row's last prompt token then sits in the same column, so one step
+feeds one new column for all rows, and positions come from the mask (`max(cumsum(mask) - 1, 0)`),
+so a padded row sees exactly what it would alone; the prompt goes into the cache in one call
+(prefill). For an encoder-decoder model (BART, T5, MASS) the source is the input: the
+cache-creating call encodes it once and caches every layer's cross-attention keys, and decoding
+starts from `decoder_start_id` (T5: pad, BART: EOS) at decoder position 0. The loop stops early
+once every row is done.
 
 Sampling follows the usual definitions, in the usual order (Hugging Face's too): logits are
 divided by the temperature; top-k keeps the k largest; top-p (the nucleus, Holtzman et al. 2020)
 then keeps the smallest set of the largest-probability tokens whose probability, renormalised
 after top-k, reaches p (always at least the most likely token); the token is drawn from the
 softmax of what is kept. Temperature 0 is greedy (argmax).
+
+Beam search (`num_beams` > 1) is Hugging Face's (transformers 4.57 `_beam_search`), so that its
+sequences and scores can be checked against it token for token: each step keeps the 2·num_beams
+best continuations of all beams by summed log-probability; those ending in EOS (or reaching
+max_new_tokens) among the best num_beams become finished hypotheses scored
+sum log p / length**length_penalty (length: generated tokens, EOS included), the best num_beams
+others keep running. A row stops taking hypotheses once its best running beam, length-penalised at
+its current length (at max_new_tokens for `early_stopping="never"` with a positive penalty),
+cannot beat its worst of num_beams finished ones; `early_stopping=True` stops it as soon as it
+has num_beams finished. The cache follows the beams by a gather over its batch rows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import pathlib
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
@@ -30,6 +47,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertology.errors import UserError
+from bertology.models.transformer import EncoderDecoder
+
+NEG = -1.0e9  # Hugging Face's score of an impossible beam; kept so that the arithmetic (and ties) are theirs
 
 
 def left_pad(input_ids: np.ndarray, input_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -73,79 +93,163 @@ def is_decoder(model: nn.Module) -> bool:
     return "decode" in inspect.signature(type(model).__call__).parameters
 
 
+@dataclasses.dataclass(frozen=True)
+class Beams:
+    """Beam search's finished hypotheses, best first: `tokens` [batch, num_beams, max_new_tokens]
+    (EOS-filled after each one's EOS) and `scores` [batch, num_beams] (sum of log-probabilities
+    over length**length_penalty)."""
+
+    tokens: np.ndarray
+    scores: np.ndarray
+
+
 def generate(model: nn.Module, params: Any, input_ids: np.ndarray, input_mask: np.ndarray, *,
              max_new_tokens: int, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-             eos_id: int | None = None) -> np.ndarray:
-    """The next `max_new_tokens` token ids [batch, max_new_tokens] after each prompt.
+             eos_id: int | None = None, decoder_start_id: int | None = None, num_beams: int = 1,
+             length_penalty: float = 1.0, early_stopping: bool | str = False) -> np.ndarray:
+    """The next `max_new_tokens` token ids [batch, max_new_tokens] after each prompt (decoder-only)
+    or for each source (encoder-decoder, whose decoder starts from `decoder_start_id`).
 
-    `input_ids`/`input_mask` [batch, length] are the prompts, padded on either side. After a row
-    emits `eos_id` it keeps emitting `eos_id`. Draws depend only on `seed`, the prompts and the
+    `input_ids`/`input_mask` [batch, length] are the prompts or sources, padded on either side.
+    After a row emits `eos_id` it keeps emitting `eos_id`. `num_beams` > 1 is beam search (see
+    `beam_search`) and gives its best hypothesis. Draws depend only on `seed`, the inputs and the
     settings, so a call is reproducible.
     """
-    input_ids, input_mask = np.asarray(input_ids), np.asarray(input_mask)
-    _check(model, input_ids, input_mask, max_new_tokens, temperature, top_k, top_p)
-    ids, mask = left_pad(input_ids, input_mask)
-    tokens = _generate(model, params, ids, mask, jax.random.key(seed), max_new_tokens=max_new_tokens,
-                       temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
-                       eos_id=None if eos_id is None else int(eos_id))
+    if num_beams > 1:
+        if temperature != 0.0:
+            raise UserError(f"num_beams={num_beams} with temperature={temperature}: beam search is deterministic; "
+                            "set temperature=0 or num_beams=1")
+        return beam_search(model, params, input_ids, input_mask, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                           eos_id=eos_id, decoder_start_id=decoder_start_id, length_penalty=length_penalty,
+                           early_stopping=early_stopping).tokens[:, 0]
+    ids, mask = _inputs(model, input_ids, input_mask, max_new_tokens, decoder_start_id)
+    if temperature < 0 or top_k < 0 or not 0 < top_p <= 1 or num_beams < 1:
+        raise UserError(f"temperature={temperature}, top_k={top_k}, top_p={top_p}, num_beams={num_beams}: need "
+                        "temperature >= 0 (0: greedy), top_k >= 0 (0: off), 0 < top_p <= 1 (1: off), num_beams >= 1")
+    tokens = _sample_loop(model, params, ids, mask, jax.random.key(seed), max_new_tokens=max_new_tokens,
+                          temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
+                          eos_id=None if eos_id is None else int(eos_id), start_id=decoder_start_id)
     return np.asarray(tokens)
 
 
-def _check(model: nn.Module, ids: np.ndarray, mask: np.ndarray, max_new_tokens: int, temperature: float,
-           top_k: int, top_p: float) -> None:
+def beam_search(model: nn.Module, params: Any, input_ids: np.ndarray, input_mask: np.ndarray, *, num_beams: int,
+                max_new_tokens: int, eos_id: int | None = None, decoder_start_id: int | None = None,
+                length_penalty: float = 1.0, early_stopping: bool | str = False) -> Beams:
+    """The `num_beams` best finished hypotheses of each prompt or source, best first (Hugging
+    Face's beam search: see the module docstring). `length_penalty` > 0 favours longer outputs;
+    `early_stopping` is False (stop when no running beam can still win), True (stop at num_beams
+    finished) or "never" (with length_penalty > 0, assume a beam could run to max_new_tokens)."""
+    if num_beams < 1:
+        raise UserError(f"num_beams={num_beams}; use at least 1 (1: greedy)")
+    if early_stopping not in (True, False, "never"):
+        raise UserError(f"early_stopping={early_stopping!r}; use True, False or 'never'")
+    ids, mask = _inputs(model, input_ids, input_mask, max_new_tokens, decoder_start_id)
+    vocab = model.cfg.vocab_size
+    if 2 * num_beams > vocab:
+        raise UserError(f"num_beams={num_beams} needs at least {2 * num_beams} tokens in the vocabulary, which has "
+                        f"{vocab}; lower num_beams")
+    # Hugging Face divides by a Python float (a double, then rounded): the same table here.
+    divisors = (np.arange(1, max_new_tokens + 1, dtype=np.float64) ** float(length_penalty)).astype(np.float32)
+    tokens, scores = _beam_loop(model, params, np.repeat(ids, num_beams, axis=0), np.repeat(mask, num_beams, axis=0),
+                                jnp.asarray(divisors), num_beams=num_beams, max_new_tokens=max_new_tokens,
+                                eos_id=None if eos_id is None else int(eos_id), start_id=decoder_start_id,
+                                length_penalty=float(length_penalty), early_stopping=early_stopping)
+    return Beams(np.asarray(tokens), np.asarray(scores))
+
+
+def _inputs(model: nn.Module, input_ids: np.ndarray, input_mask: np.ndarray, max_new_tokens: int,
+            decoder_start_id: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The checked inputs as the loop takes them: prompts left-padded, sources as given."""
+    ids, mask = np.asarray(input_ids), np.asarray(input_mask)
     if not is_decoder(model):
         raise UserError(f"{type(model).__module__}.{type(model).__name__} is not a decoder (its __call__ takes no "
-                        "decode); generate from a causal LM such as configs/gpt.py")
+                        "decode); generate from a causal LM such as configs/gpt.py or an encoder-decoder")
     if ids.ndim != 2 or ids.shape != mask.shape:
         raise UserError(f"input_ids {ids.shape} and input_mask {mask.shape} must both be [batch, length]")
+    cfg = model.cfg
+    encoder_decoder = isinstance(model, EncoderDecoder)
+    what = "source" if encoder_decoder else "prompt"
     lengths = (mask > 0).sum(axis=1)
     if (lengths == 0).any():
-        raise UserError(f"prompt {int(np.argmin(lengths))} has no tokens; every prompt needs at least one")
+        raise UserError(f"{what} {int(np.argmin(lengths))} has no tokens; every {what} needs at least one")
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens={max_new_tokens}; ask for at least 1")
-    cfg = getattr(model, "cfg", None)
-    if cfg is not None and cfg.positions == "absolute" and lengths.max() + max_new_tokens > cfg.max_position_embeddings:
-        raise UserError(f"a prompt of {lengths.max()} tokens plus max_new_tokens={max_new_tokens} exceeds the model's "
-                        f"context of {cfg.max_position_embeddings} positions; shorten the prompt or lower max_new_tokens")
-    if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
-        raise UserError(f"temperature={temperature}, top_k={top_k}, top_p={top_p}: need temperature >= 0 "
-                        "(0: greedy), top_k >= 0 (0: off) and 0 < top_p <= 1 (1: off)")
+    if encoder_decoder and decoder_start_id is None:
+        raise UserError("an encoder-decoder needs decoder_start_id (T5: the pad id 0, BART: the EOS id)")
+    if not encoder_decoder and decoder_start_id is not None:
+        raise UserError("decoder_start_id is for encoder-decoder models; a decoder-only model continues its prompt")
+    if cfg.positions == "absolute":
+        context = cfg.max_position_embeddings - cfg.position_offset
+        longest = max(max_new_tokens, ids.shape[1]) if encoder_decoder else lengths.max() + max_new_tokens
+        if longest > context:
+            raise UserError(f"a {what} of {lengths.max()} tokens with max_new_tokens={max_new_tokens} exceeds the "
+                            f"model's context of {context} positions; shorten it or lower max_new_tokens")
+    if encoder_decoder:
+        return ids.astype(np.int32), (mask > 0).astype(np.int32)
+    return left_pad(ids, mask)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "temperature", "top_k", "top_p", "eos_id"))
-def _generate(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, key: jax.Array, *,
-              max_new_tokens: int, temperature: float, top_k: int, top_p: float, eos_id: int | None) -> jax.Array:
-    """Prefill, then a while loop of single-token steps; `ids`/`mask` left-padded.
+def _prime(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, max_new_tokens: int,
+           start_id: int | None) -> tuple[Any, jax.Array, Callable[[jax.Array, jax.Array], dict[str, jax.Array]]]:
+    """(the filled cache, the first token each row feeds, feed(token, step) -> the batch of one step).
 
-    The prefill takes every prompt token but the last and its logits are never read, so XLA drops
-    the vocabulary projection of the whole prompt (at 16 tokens, batch 8 and GPT-2's 50257-token
-    vocabulary that costs as much as a couple of decoding steps); the last prompt token is the
-    loop's first input, whose logits give the first new token.
+    Decoder-only: the prefill takes every prompt token but the last, and its logits are never
+    read, so XLA drops the vocabulary projection of the whole prompt (at 16 tokens, batch 8 and
+    GPT-2's vocabulary that costs as much as a couple of decoding steps); the last prompt token
+    is the first one fed. Encoder-decoder: the cache-creating call (a decoder input of
+    max_new_tokens slots) runs the encoder; its decoder states are unused, so XLA drops them.
     """
-    batch, prompt = ids.shape
+    rows = ids.shape[0]
+    ones = jnp.ones((rows, 1), jnp.int32)
+    if isinstance(model, EncoderDecoder):
+        slots = jnp.zeros((rows, max_new_tokens), jnp.int32)
+        batch = {"input_ids": ids, "input_mask": mask, "decoder_input_ids": slots, "decoder_input_mask": jnp.ones_like(slots)}
+        _, variables = model.apply({"params": params}, batch, decode=True, mutable=["cache"])
+
+        def feed(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
+            return {"decoder_input_ids": token[:, None], "decoder_input_mask": ones, "decoder_positions": ones * step}
+
+        return variables["cache"], jnp.full((rows,), start_id, jnp.int32), feed
+
+    prompt = ids.shape[1]
     positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
     # Cache slots for every token that is fed: the prompt and all new tokens but the last.
     # init's parameters are unused, so XLA drops them.
-    slots = jnp.zeros((batch, prompt + max_new_tokens - 1), jnp.int32)
+    slots = jnp.zeros((rows, prompt + max_new_tokens - 1), jnp.int32)
     cache = model.init(jax.random.key(0), {"input_ids": slots, "input_mask": jnp.ones_like(slots)}, decode=True)["cache"]
-
-    def forward(cache: Any, piece: dict[str, jax.Array]) -> tuple[jax.Array, Any]:
-        out, variables = model.apply({"params": params, "cache": cache}, piece, decode=True, mutable=["cache"])
-        return out["logits"][:, -1], variables["cache"]
-
     if prompt > 1:
-        _, cache = forward(cache, {"input_ids": ids[:, :-1], "input_mask": mask[:, :-1], "positions": positions[:, :-1]})
+        piece = {"input_ids": ids[:, :-1], "input_mask": mask[:, :-1], "positions": positions[:, :-1]}
+        _, variables = model.apply({"params": params, "cache": cache}, piece, decode=True, mutable=["cache"])
+        cache = variables["cache"]
+
+    def feed(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
+        return {"input_ids": token[:, None], "input_mask": ones, "positions": (positions[:, -1] + step)[:, None]}
+
+    return cache, ids[:, -1], feed
+
+
+def _forward(model: nn.Module, params: Any, cache: Any, piece: dict[str, jax.Array]) -> tuple[jax.Array, Any]:
+    """The logits [rows, vocab] float32 of one step's token, and the cache after it."""
+    out, variables = model.apply({"params": params, "cache": cache}, piece, decode=True, mutable=["cache"])
+    return out["logits"][:, -1].astype(jnp.float32), variables["cache"]
+
+
+@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "temperature", "top_k", "top_p", "eos_id",
+                                             "start_id"))
+def _sample_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, key: jax.Array, *,
+                 max_new_tokens: int, temperature: float, top_k: int, top_p: float, eos_id: int | None,
+                 start_id: int | None) -> jax.Array:
+    """Greedy or sampled tokens [batch, max_new_tokens]: prime the cache, then a while loop of single-token steps."""
+    batch = ids.shape[0]
+    cache, first, feed = _prime(model, params, ids, mask, max_new_tokens, start_id)
 
     def more(state: tuple) -> jax.Array:
         step, _, _, done, _ = state
         return (step < max_new_tokens) & ~jnp.all(done)
 
     def step_once(state: tuple) -> tuple:
-        """Feed the last token (at step 0 the prompt's last, whose column is real in every row) and pick the next."""
         step, token, cache, done, out = state
-        piece = {"input_ids": token[:, None], "input_mask": jnp.ones((batch, 1), jnp.int32),
-                 "positions": (positions[:, -1] + step)[:, None]}
-        logits, cache = forward(cache, piece)
+        logits, cache = _forward(model, params, cache, feed(token, step))
         token = sample(logits, jax.random.fold_in(key, step), temperature, top_k, top_p)
         if eos_id is not None:
             token = jnp.where(done, eos_id, token)
@@ -153,8 +257,85 @@ def _generate(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, ke
         return step + 1, token, cache, done, jax.lax.dynamic_update_slice(out, token[:, None], (0, step))
 
     out = jnp.full((batch, max_new_tokens), 0 if eos_id is None else eos_id, jnp.int32)
-    state = (jnp.zeros((), jnp.int32), ids[:, -1], cache, jnp.zeros((batch,), bool), out)
+    state = (jnp.zeros((), jnp.int32), first, cache, jnp.zeros((batch,), bool), out)
     return jax.lax.while_loop(more, step_once, state)[-1]
+
+
+def _reorder(cache: Any, rows: jax.Array, scanned: bool) -> Any:
+    """The cache with its batch rows taken in the order `rows`. Per-row entries (keys, values,
+    key masks) have the batch axis first, after the layer axis of a scanned stack; the others
+    (indices, positions, slots) have fewer axes and are shared by all rows."""
+    axis = 1 if scanned else 0
+    return jax.tree.map(lambda x: jnp.take(x, rows, axis=axis) if x.ndim > axis + 1 else x, cache)
+
+
+def _gather(x: jax.Array, index: jax.Array) -> jax.Array:
+    """x [batch, n, ...] at index [batch, m] along its second axis."""
+    return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "num_beams", "max_new_tokens", "eos_id", "start_id",
+                                             "length_penalty", "early_stopping"))
+def _beam_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, divisors: jax.Array, *,
+               num_beams: int, max_new_tokens: int, eos_id: int | None, start_id: int | None, length_penalty: float,
+               early_stopping: bool | str) -> tuple[jax.Array, jax.Array]:
+    """Beam search over rows [batch · num_beams] (each input repeated num_beams times): the
+    finished tokens [batch, num_beams, max_new_tokens] and scores [batch, num_beams], best first.
+    `divisors[n - 1]` is n**length_penalty."""
+    k, steps = num_beams, max_new_tokens
+    batch = ids.shape[0] // k
+    cache, first, feed = _prime(model, params, ids, mask, max_new_tokens, start_id)
+    fill = 0 if eos_id is None else eos_id
+    columns = jnp.arange(steps)
+    top_half = jnp.arange(2 * k) < k  # the candidates that may finish: the best num_beams of 2·num_beams
+    offsets = (jnp.arange(batch) * k)[:, None]
+    penalty = lambda flag: flag.astype(jnp.float32) * NEG  # noqa: E731
+    stop_when_full = early_stopping is True
+
+    def more(state: tuple) -> jax.Array:
+        step, _, _, _, _, _, _, finished, open_rows, all_hit = state
+        return ((step < steps) & jnp.any(open_rows) & ~(jnp.all(finished) & stop_when_full) & ~all_hit)
+
+    def step_once(state: tuple) -> tuple:
+        step, token, cache, running, running_scores, hyps, hyp_scores, finished, open_rows, _ = state
+        logits, cache = _forward(model, params, cache, feed(token, step))
+        vocab = logits.shape[-1]
+        scores = jax.nn.log_softmax(logits).reshape(batch, k, vocab) + running_scores[:, :, None]
+        top_scores, top = jax.lax.top_k(scores.reshape(batch, k * vocab), 2 * k)
+        beam, new = top // vocab, top % vocab
+        candidates = jnp.where(columns == step, new[:, :, None], _gather(running, beam))
+        hits = step + 1 >= steps
+        if eos_id is not None:
+            hits = hits | (new == eos_id)
+        hits = jnp.broadcast_to(hits, new.shape)
+
+        keep_scores, keep = jax.lax.top_k(top_scores + penalty(hits), k)
+        running, running_scores = _gather(candidates, keep), keep_scores
+        cache = _reorder(cache, (offsets + _gather(beam, keep)).reshape(-1), model.cfg.scan_layers)
+
+        just_finished = hits & top_half
+        done_scores = top_scores / divisors[step]
+        done_scores = done_scores + penalty(jnp.all(finished, axis=1, keepdims=True) & stop_when_full)
+        done_scores = done_scores + penalty(~open_rows[:, None])
+        done_scores = done_scores + penalty(~just_finished)
+        hyp_scores, best = jax.lax.top_k(jnp.concatenate([hyp_scores, done_scores], axis=1), k)
+        hyps = _gather(jnp.concatenate([hyps, candidates], axis=1), best)
+        finished = _gather(jnp.concatenate([finished, just_finished], axis=1), best)
+
+        hypothetical = steps if early_stopping == "never" and length_penalty > 0 else step + 1
+        best_running = running_scores[:, :1] / divisors[hypothetical - 1]
+        worst = jnp.where(finished, jnp.min(hyp_scores, axis=1, keepdims=True), NEG)
+        open_rows = open_rows & jnp.any(best_running > worst, axis=1)
+        return (step + 1, running[:, :, step].reshape(-1), cache, running, running_scores, hyps, hyp_scores,
+                finished, open_rows, jnp.all(hits))
+
+    sequences = jnp.full((batch, k, steps), fill, jnp.int32)
+    state = (jnp.zeros((), jnp.int32), first, cache, sequences,
+             jnp.zeros((batch, k), jnp.float32).at[:, 1:].set(NEG),  # the copies of one input start as one beam
+             sequences, jnp.full((batch, k), NEG, jnp.float32), jnp.zeros((batch, k), bool),
+             jnp.ones((batch,), bool), jnp.zeros((), bool))
+    state = jax.lax.while_loop(more, step_once, state)
+    return state[5], state[6]
 
 
 def generate_text(checkpoint_dir: str | pathlib.Path, prompts: list[str], **options: Any) -> list[str]:

@@ -3,7 +3,8 @@
 A `Task` ties a parser of the official local files (through the TFDS builder in
 `tasks.builder`) to a head kind and to the metrics its leaderboard reports. Names are the
 config's `task` values: the GLUE tasks (cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli),
-squad_v1, squad_v2, conll2003, swag, and `embedded` (no download needed).
+squad_v1, squad_v2, conll2003, swag, and `embedded` (no download needed); the seq2seq tasks
+seq2seq_jsonl, cnndm, xsum and `seq2seq_embedded` (no download needed).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Callable
 from bertology.errors import UserError
 
 Example = dict[str, Any]
-KINDS = ("classification", "regression", "token", "qa", "choice")
+KINDS = ("classification", "regression", "token", "qa", "choice", "seq2seq")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Task:
 MODULES = {
     **dict.fromkeys(("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"), "glue"),
     "squad_v1": "squad", "squad_v2": "squad", "conll2003": "conll", "swag": "swag", "embedded": "embedded",
+    **dict.fromkeys(("seq2seq_jsonl", "cnndm", "xsum", "seq2seq_embedded"), "seq2seq"),
 }
 
 

@@ -26,8 +26,11 @@ from bertology import models, objectives, tasks, validation
 from bertology.data.embedded import DEFAULT_VOCAB
 from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
+from bertology.data.transforms import seq2seq_rows
 from bertology.evaluation import outputs
+from bertology.generation import generate
 from bertology.models.presets import bert_preset
+from bertology.models.transformer import EncoderDecoder
 from bertology.models.tasks import MODES, TaskModel
 from bertology.tasks.inputs import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
@@ -179,6 +182,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     workdir = pathlib.Path(workdir)
     config = ml_collections.ConfigDict(config.to_dict())
     task = tasks.get(config.task)
+    if task.kind == "seq2seq":
+        return finetune_seq2seq(config, workdir, task)
     if config.mode not in MODES:
         raise UserError(f"mode={config.mode!r} is unknown; use one of {MODES}")
     validation.check(config)
@@ -266,6 +271,139 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     outputs.write_results(workdir, results)
     _write_predictions(task, splits, latest["predictions"], workdir)
     return {**results, "params": final_params, "predictions": latest["predictions"]}
+
+
+def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, int]:
+    """(model, pretrained params or None, tokenizer, vocab path, decoder start id) of an
+    encoder-decoder run (`init_checkpoint`: its model, parameters, vocabulary with its sentinels or
+    <mask>, and decoder start) or from `model` (scratch; `data.vocab`, `data.extra_ids`,
+    `data.add_mask`). The start id is `data.decoder_start` if set, else the pretraining
+    objective's: EOS after BART/MASS denoising, the pad id otherwise (T5)."""
+    if config.init_checkpoint:
+        pretrained, pre = load_params(config.init_checkpoint)
+        model_config, data = ml_collections.ConfigDict(pre["model"]), {**pre["data"], **config.data.to_dict()}
+        data["vocab"] = config.data.vocab or pre["data"].get("vocab") or str(DEFAULT_VOCAB)
+        data["objective"] = pre["data"].get("objective")
+    else:
+        pretrained, model_config, data = None, config.model, config.data.to_dict()
+        data["vocab"] = data.get("vocab") or str(DEFAULT_VOCAB)
+    tokenizer = load_tokenizer(data["vocab"], extra_ids=data.get("extra_ids") or 0, add_mask=bool(data.get("add_mask")))
+    if model_config.get("vocab_size") is None:
+        model_config.vocab_size = tokenizer.vocab_size
+    if tokenizer.vocab_size != model_config.vocab_size:
+        raise UserError(f"vocabulary {data['vocab']} (extra_ids={data.get('extra_ids') or 0}, add_mask="
+                        f"{bool(data.get('add_mask'))}) has {tokenizer.vocab_size} tokens but the model embeds "
+                        f"{model_config.vocab_size}; set data.vocab, data.extra_ids or data.add_mask to the "
+                        "pretraining run's")
+    model = models.build(model_config)
+    if not isinstance(model, EncoderDecoder):
+        raise UserError(f"task {config.task} needs an encoder-decoder (t5, bart) but the model is "
+                        f"{model_config.family}; use configs/finetune/seq2seq.py's model or a BART/T5/MASS checkpoint")
+    start = data.get("decoder_start")
+    if start is None:
+        start = tokenizer.eos_id if data.get("objective") in ("bart", "mass") or model_config.family == "bart" \
+            else tokenizer.pad_id
+    return model, pretrained, tokenizer, str(data["vocab"]), int(start)
+
+
+def seq2seq_arrays(examples: list[dict], tokenizer: Any, source_length: int, target_length: int,
+                   decoder_start: int) -> dict[str, np.ndarray]:
+    """Teacher-forcing rows of (source, target) examples: each side tokenized, cut to its row
+    length less one and closed with EOS (so a cut target still teaches the model to stop)."""
+    eos = [tokenizer.eos_id]
+    inputs = [np.asarray(tokenizer.encode(e["source"])[: source_length - 1] + eos) for e in examples]
+    targets = [np.asarray(tokenizer.encode(e["target"])[: target_length - 1] + eos) for e in examples]
+    return seq2seq_rows(inputs, targets, source_length, target_length, tokenizer.pad_id, decoder_start)
+
+
+def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, task: tasks.Task) -> dict[str, Any]:
+    """`finetune` for a seq2seq task: teacher-forced training with the seq2seq objective
+    (`label_smoothing`), evaluation by generation (`generation.*`: num_beams, length_penalty,
+    max_new_tokens, default data.max_target_length) on the first `eval_examples` of each
+    evaluation split, scored by the task (ROUGE-1/2/L/Lsum, BLEU)."""
+    if config.mode != "full":
+        raise UserError(f"mode={config.mode!r}: seq2seq tasks fine-tune the whole model; use mode=full")
+    validation.check(config)
+    model, pretrained, tokenizer, vocab, start = _seq2seq_model(config)
+    config.data.vocab = vocab
+    source_length, target_length = config.data.max_seq_length, config.data.get("max_target_length", 64)
+    options = dict(config.get("generation", {}))
+    generation_options = dict(num_beams=options.get("num_beams", 1), length_penalty=options.get("length_penalty", 1.0),
+                              max_new_tokens=options.get("max_new_tokens") or target_length,
+                              eos_id=tokenizer.eos_id, decoder_start_id=start)
+    splits = task.load(config.data.dir, config.data.cache_dir, log=log)
+    if not splits.get("train"):
+        raise UserError(f"task {task.name} has no training examples; check its files under data.dir")
+    train_arrays = seq2seq_arrays(splits["train"], tokenizer, source_length, target_length, start)
+    n_train = len(train_arrays["input_ids"])
+    total = config.total_steps or config.epochs * math.ceil(n_train / config.batch_size)
+    opt_cfg = ml_collections.ConfigDict(config.optimizer.to_dict())
+    if opt_cfg.warmup_steps is None:
+        opt_cfg.warmup_steps = int(round(opt_cfg.warmup_fraction * total))
+    objective = objectives.get({"name": "seq2seq", "label_smoothing": config.get("label_smoothing", 0.0)})
+    eval_examples = config.get("eval_examples") or None
+    t0 = time.time()
+    with run_lib.setup(
+        config, workdir, model=model, objective=objective, example={k: v[:1] for k, v in train_arrays.items()},
+        optimizer=lambda params: optimizer_lib.make(opt_cfg, total),
+        start_params=None if pretrained is None else (lambda fresh: merge_pretrained(fresh, pretrained, config.init_checkpoint)),
+    ) as run:
+        def evaluate(params) -> dict[str, Any]:
+            scores, preds = {}, {}
+            for split in task.eval_splits:
+                examples = splits[split][:eval_examples]
+                preds[split] = _generate_texts(model, params, examples, tokenizer, source_length,
+                                               config.eval_batch_size, generation_options)
+                prefix = "" if len(task.eval_splits) == 1 else f"{split}_"
+                scores.update({prefix + k: v for k, v in task.score(examples, preds[split]).items()})
+            return {"scores": scores, "predictions": preds}
+
+        latest: dict[str, Any] = {}
+
+        def scores(params) -> dict[str, float]:
+            latest.update(evaluate(params))
+            return latest["scores"]
+
+        n_params = sum(x.size for x in jax.tree.leaves(run.state["params"]))
+        log(f"fine-tuning {task.name} (seq2seq, {n_params / 1e6:.2f}M params) from {config.init_checkpoint or 'scratch'}: "
+            f"{n_train} training rows, {total} steps of {config.batch_size}")
+        summary = run.fit(ShuffledRows(train_arrays, config.batch_size, config.seed), total, scores)
+        if summary["preempted"]:
+            return {"task": task.name, "mode": config.mode, "steps": summary["step"], "scores": {}, "preempted": True}
+        if not latest:
+            latest.update(evaluate(run.state["params"]))
+        train_loss, evals = _record(run.writer.steps(), config.log_every, total)
+        final_params = run.state["params"]
+
+    results = {
+        "task": task.name, "kind": task.kind, "mode": config.mode, "init_checkpoint": config.init_checkpoint,
+        "steps": total, "scores": latest["scores"], "primary": task.primary, "evals": evals,
+        "train_loss": train_loss, "seconds": time.time() - t0,
+    }
+    outputs.write_results(workdir, results)
+    for split, texts in latest["predictions"].items():
+        (workdir / f"predictions_{split}.txt").write_text("".join(t.replace("\n", " ") + "\n" for t in texts))
+    return {**results, "params": final_params, "predictions": latest["predictions"]}
+
+
+def _generate_texts(model: Any, params: Any, examples: list[dict], tokenizer: Any, source_length: int,
+                    batch_size: int, options: dict[str, Any]) -> list[str]:
+    """The decoded generation (up to EOS) for every example's source, in batches of one shape
+    (rows of source_length; the last batch filled by wrapping around, then trimmed) so that
+    decoding compiles once."""
+    ids = np.asarray([tokenizer.encode(e["source"])[: source_length - 1] + [tokenizer.eos_id] for e in examples],
+                     dtype=object)
+    texts = []
+    for begin in range(0, len(examples), batch_size):
+        rows = [list(ids[i % len(examples)]) for i in range(begin, begin + batch_size)]
+        width = source_length
+        batch = np.array([r + [tokenizer.pad_id] * (width - len(r)) for r in rows], np.int32)
+        mask = (np.arange(width)[None] < np.array([len(r) for r in rows])[:, None]).astype(np.int32)
+        tokens = generate(model, params, batch, mask, **options)
+        for row in tokens[: min(batch_size, len(examples) - begin)].tolist():
+            end = row.index(tokenizer.eos_id) if tokenizer.eos_id in row else len(row)
+            texts.append(tokenizer.decode(row[:end]))
+    return texts
 
 
 def _record(steps: dict[int, dict[str, float]], log_every: int, total: int) -> tuple[list[float], list[dict]]:
