@@ -7,10 +7,9 @@ tied output layer, is BERT's too.
 
 The network is the `bart` family's encoder-decoder set to BERT's shapes and conventions
 (post-LN, GELU, learned positions from 0, two segment types, LayerNorm eps 1e-12, no pooler),
-so its `encoder/...` tree has BERT's names and `models.unilm.from_bert(bert_params, fresh)`
-fills it from a BERT run or a converted Hugging Face BERT of the same preset (the pooler and
-heads are dropped). Starting a run from one needs the loop to call that for a checkpoint of
-another family (`--config.init_checkpoint` today adopts only its own family). The data here is
+so its `encoder/...` tree has BERT's names: `--config.init_checkpoint=DIR` with a BERT run or a
+converted Hugging Face BERT of the same preset fills it (`bart.init_from`; the pooler and heads
+are dropped) and the decoder starts fresh. The data here is
 MASS's masked-fragment objective on the corpus, which BERT's WordPiece supports ([MASK], [SEP]
 ends each block); seq2seq fine-tuning takes the same model block.
 

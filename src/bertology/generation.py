@@ -343,8 +343,7 @@ def generate_text(checkpoint_dir: str | pathlib.Path, prompts: list[str], **opti
     run directory (config.json + checkpoints/, and the tokenizer its `data.vocab` names).
     `options` are `generate`'s (max_new_tokens, temperature, top_k, top_p, seed)."""
     from bertology import models
-    from bertology.data.embedded import DEFAULT_VOCAB
-    from bertology.data.tokenizers import load_tokenizer
+    from bertology.data.tokenizers import for_data
     from bertology.train.checkpoint import load_params
 
     if not prompts:
@@ -354,7 +353,7 @@ def generate_text(checkpoint_dir: str | pathlib.Path, prompts: list[str], **opti
     if not is_decoder(model):
         raise UserError(f"{checkpoint_dir} holds a {config['model']['family']} model, which is not a decoder; "
                         "generate from a causal LM run such as configs/gpt.py's")
-    tokenizer = load_tokenizer(config["data"].get("vocab") or DEFAULT_VOCAB)
+    tokenizer = for_data(config["data"])
     encoded = [tokenizer.encode(p) for p in prompts]
     for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
         if not ids:

@@ -8,6 +8,8 @@ outside it ever asks which family it is:
   (or `config(model_config)` for a family that is not a Transformer);
 - `trunk(params) -> params`: the network that fine-tuning, features and export read (its
   `TransformerConfig` is `config(model_config)`);
+- `init_from(params, fresh) -> params` (optional): how a run of this family starts from
+  another family's checkpoint (`--config.init_checkpoint`; UniLM and bert2bert from BERT);
 - `flops_per_token(config, nominal) -> float`: training FLOPs per input token of a run config
   (`bertology.models.flops`): what runs, or with `nominal` the paper-style estimate that the
   equal-FLOP sweep budgets with.

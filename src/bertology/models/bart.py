@@ -36,6 +36,15 @@ class Model(EncoderDecoder):
         return {"logits": self.attend(x).astype(jnp.float32) + self.final_logits_bias}
 
 
+
+def init_from(params: dict, fresh: dict) -> dict:
+    """Family contract: start from another family's checkpoint. A BERT run fills an encoder of
+    BERT's shapes (configs/bert2bert.py, the BERT-as-encoder route); the decoder stays fresh."""
+    from bertology.models.unilm import from_bert
+
+    return from_bert(params, fresh)
+
+
 def trunk(params: dict) -> dict:
     """The encoder and decoder (without the output bias)."""
     return {"encoder": params["encoder"], "decoder": params["decoder"]}

@@ -87,6 +87,12 @@ def from_bert(bert: dict, fresh: dict) -> dict:
     return jax.tree_util.tree_map_with_path(take, fresh)
 
 
+
+def init_from(params: dict, fresh: dict) -> dict:
+    """Family contract: start a UniLM run from another family's checkpoint (BERT's)."""
+    return from_bert(params, fresh)
+
+
 def seq2seq_batch(ids: jax.Array, mask: jax.Array, positions: jax.Array, source_length: int,
                   slots: jax.Array) -> dict[str, jax.Array]:
     """A UniLM sequence-to-sequence batch: source segment before `source_length` slots, target

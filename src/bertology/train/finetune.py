@@ -24,7 +24,7 @@ from ml_collections.config_dict import placeholder
 
 from bertology import models, objectives, tasks, validation
 from bertology.data.embedded import DEFAULT_VOCAB
-from bertology.data.tokenizers import load_tokenizer
+from bertology.data.tokenizers import for_data, load_tokenizer
 from bertology.errors import UserError
 from bertology.data.transforms import seq2seq_rows
 from bertology.evaluation import outputs
@@ -287,7 +287,7 @@ def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, st
     else:
         pretrained, model_config, data = None, config.model, config.data.to_dict()
         data["vocab"] = data.get("vocab") or str(DEFAULT_VOCAB)
-    tokenizer = load_tokenizer(data["vocab"], extra_ids=data.get("extra_ids") or 0, add_mask=bool(data.get("add_mask")))
+    tokenizer = for_data(data)
     if model_config.get("vocab_size") is None:
         model_config.vocab_size = tokenizer.vocab_size
     if tokenizer.vocab_size != model_config.vocab_size:

@@ -9,7 +9,7 @@ batches, and `init_checkpoint` taking a whole model (and its vocab) from another
 from __future__ import annotations
 
 import pathlib
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import ml_collections
@@ -26,21 +26,34 @@ from bertology.train.checkpoint import check_shapes, load_params
 from bertology.train.metrics import log
 
 
-def adopt_init_checkpoint(config: ml_collections.ConfigDict) -> Any | None:
+def adopt_init_checkpoint(config: ml_collections.ConfigDict) -> Callable[[Any], Any] | None:
     """With `init_checkpoint` set (a pretraining run or a `bertology.convert --from hf` import),
-    take its model block and, unless set, its vocab, and return its parameters to start from.
-    A run that already has checkpoints in its workdir resumes from those instead."""
+    take its vocab unless set, and return `start(fresh params) -> params` for a new run (a run
+    that already has checkpoints in its workdir resumes from those instead).
+
+    A checkpoint of this config's family gives its model block and all its parameters. One of
+    another family is taken only where this family states how (`init_from(params, fresh)` in its
+    module: UniLM and bert2bert start from BERT); the config's own model block then stands."""
     if not config.get("init_checkpoint"):
         return None
+    where = pathlib.Path(config.init_checkpoint)
     params, source = load_params(config.init_checkpoint)
     family = source["model"]["family"]
-    if family != config.model.family:
-        raise UserError(f"init_checkpoint {config.init_checkpoint} is a {family} model but this config pretrains "
-                        f"{config.model.family}; use configs/{family}.py")
-    config.model = ml_collections.ConfigDict(source["model"])
     if config.data.vocab is None:
         config.data.vocab = source["data"]["vocab"]
-    return params
+    if family != config.model.family:
+        init_from = getattr(models.family(config.model.family), "init_from", None)
+        if init_from is None:
+            raise UserError(f"init_checkpoint {config.init_checkpoint} is a {family} model but this config pretrains "
+                            f"{config.model.family}; use configs/{family}.py")
+        return lambda fresh: init_from(params, fresh)
+    config.model = ml_collections.ConfigDict(source["model"])
+
+    def start(fresh: Any) -> Any:
+        check_shapes(params, fresh, where)
+        return params
+
+    return start
 
 
 def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, Any]:
@@ -48,7 +61,7 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
     checkpoint. Returns {history, state, step, preempted}."""
     workdir = epath.Path(workdir)
     config = ml_collections.ConfigDict(config.to_dict())  # our own copy: vocab_size may be filled in
-    init_params = adopt_init_checkpoint(config)
+    start = adopt_init_checkpoint(config)
     vocab_path, tokenizer = run_lib.resolve_vocab(config)
     config.data.vocab = str(vocab_path)
     corpus = config.data.corpus or embedded_corpus_path()
@@ -74,9 +87,8 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
     stream.set_state({"pass": 0, "offset": 0, "step": 0})
 
     def from_init_checkpoint(fresh: Any) -> Any:
-        check_shapes(init_params, fresh, pathlib.Path(config.init_checkpoint))
         log(f"starting from the parameters of {config.init_checkpoint}")
-        return init_params
+        return start(fresh)
 
     with run_lib.setup(
         config, workdir,
@@ -84,7 +96,7 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
         objective=objectives.get(config.objective),
         example={k: v[:1] for k, v in first.items()},
         optimizer=lambda _: optimizer_lib.make(config.optimizer, config.total_steps),
-        start_params=None if init_params is None else from_init_checkpoint,
+        start_params=None if start is None else from_init_checkpoint,
     ) as run:
         log(f"pretraining {config.model.family} ({sum(x.size for x in jax.tree.leaves(run.state['params'])) / 1e6:.2f}M "
             f"params), batch {config.batch_size}x{config.data.max_seq_length}")
