@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 import ml_collections
 import numpy as np
 
-from bertology.data import masking, noising, packing
+from bertology.data import masking, noising, packing, words
 from bertology.data.embedded import DEFAULT_LEXICON
 from bertology.data.examples import create_full_sentence_instances, create_pair_instances
 from bertology.data.lexicon import LexiconMatcher
@@ -612,3 +612,41 @@ class UniLMRows(MaskedLM):
         seq2seq = kinds == Mask.KINDS.index("seq2seq")
         return {**batch, **masked, "segment_ids": segments.astype(np.int32), "mask_kind": kinds.astype(np.int32),
                 "prefix_length": np.where(seq2seq, source, 0).astype(np.int32)}
+
+
+@register("bilm")
+class BidirectionalLM(Transform):
+    """ELMo's rows (bilm-tf): every sentence as `<S> words </S>` (a word-level vocabulary,
+    `data/words.py`), cut into pieces of at most data.max_seq_length words overlapping by one
+    (`packing.causal_pieces`), packed several per row. The model resets its LSTM state at each piece.
+
+    Keys: input_ids, input_mask, packing_ids, char_ids [rows, length, data.max_characters_per_token]
+    (bilm-tf's 262 ids, 0 on padding; added per batch, so a pass's rows stay small), targets /
+    target_weights (the next word of the piece) and backward_targets / backward_target_weights
+    (the previous word).
+    """
+
+    per_batch = True  # char ids are looked up batch by batch
+
+    def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
+        super().__init__(cfg, tokenizer)
+        tokens = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
+        missing = [t for t in (words.BOS, words.EOS) if t not in tokens]
+        if missing:
+            raise UserError(f"data.objective='bilm' needs a word vocabulary with {' and '.join(missing)}; "
+                            "build one with bertology.data.words.build_word_vocab")
+        self.bos_id, self.eos_id = tokens.index(words.BOS), tokens.index(words.EOS)
+        self.chars = words.char_id_table(tokens, cfg.get("max_characters_per_token", 50))
+
+    def instances(self, documents: Sequence[Document], rng: np.random.Generator) -> Batch:
+        length = self.cfg.max_seq_length
+        sentences = [[np.concatenate([[self.bos_id], s])] for doc in documents for s in doc if len(s)]
+        rows = packing.pack(packing.causal_pieces(sentences, length, self.eos_id), length, self.tokenizer.pad_id)
+        del rows["positions"]
+        rows.update(next_token_targets(rows["input_ids"], rows["packing_ids"]))
+        backward = next_token_targets(rows["input_ids"][:, ::-1], rows["packing_ids"][:, ::-1])
+        rows.update({f"backward_{k}": np.ascontiguousarray(v[:, ::-1]) for k, v in backward.items()})
+        return rows
+
+    def corrupt(self, batch: Batch, rng: np.random.Generator) -> Batch:
+        return {**batch, "char_ids": self.chars[batch["input_ids"]].astype(np.int32)}

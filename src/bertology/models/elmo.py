@@ -1,0 +1,239 @@
+"""ELMo's biLM (Peters et al. 2018) as allenai/bilm-tf builds it: not a Transformer.
+
+Each word is read through its characters (`data/words.py` ids): a 16-d character embedding, one
+convolution per (width, filters) pair max-pooled over the word, highway layers (the gate from
+`W_carry`, as the reference names it), and a projection to the LSTM width when the filters add up
+to another size. A forward and a backward stack of LSTMs with projections (TF's `LSTMCell` with
+`num_proj`: gates i, j, f, o, forget bias 1, cell clip, then projection clip) read the sequence,
+each layer after the first adding its input back (residual). Both directions share the character
+encoder and the softmax over the word vocabulary, as in the reference.
+
+Sequences are scanned over time with `jax.lax.scan`. Rows may hold several `<S> ... </S>` pieces
+(`packing_ids`): the state resets to zero where a piece starts, so every piece is read as if
+alone; the backward stack reads the row reversed. (Carrying the state between batches, as the
+reference trains, is not done here.)
+
+Outputs: `forward_logits` (at position t, over the word at t + 1) and `backward_logits` (over the
+word at t - 1), and `layers`: the character encoder's output duplicated, then each LSTM layer's
+[forward; backward] outputs, which ELMo's scalar mix combines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from bertology.data.words import N_CHARACTERS
+from bertology.errors import UserError
+from bertology.models import encoder_config, flops
+
+Array = jax.Array
+ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh}
+FORGET_BIAS = 1.0  # TF LSTMCell's default, which bilm-tf keeps
+
+
+@dataclasses.dataclass(frozen=True)
+class ElmoConfig:
+    vocab_size: int
+    filters: tuple[tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+    char_embedding_dim: int = 16
+    n_characters: int = N_CHARACTERS
+    max_characters_per_token: int = 50
+    activation: str = "relu"
+    n_highway: int = 2
+    projection_dim: int = 512
+    lstm_dim: int = 4096
+    n_layers: int = 2
+    cell_clip: float = 3.0
+    proj_clip: float = 3.0
+    use_skip_connections: bool = True
+    dropout_rate: float = 0.1
+
+    @property
+    def n_filters(self) -> int:
+        return sum(n for _, n in self.filters)
+
+    @property
+    def use_projection(self) -> bool:
+        """bilm-tf projects the char-CNN output only when its width differs from the LSTM's."""
+        return self.n_filters != self.projection_dim
+
+
+EXTRA_KEYS: tuple[str, ...] = ()
+
+
+def config(model_config: Any) -> ElmoConfig:
+    """The ElmoConfig of a `model` block (every key but `family`)."""
+    fields = {k: v for k, v in dict(model_config).items() if k != "family"}
+    unknown = sorted(set(fields) - set(ElmoConfig.__dataclass_fields__))
+    if unknown:
+        raise UserError(f"unknown ELMo model key(s) {unknown}; valid: {sorted(ElmoConfig.__dataclass_fields__)}")
+    if "filters" in fields:
+        fields["filters"] = tuple((int(w), int(n)) for w, n in fields["filters"])
+    if fields.get("activation", "relu") not in ACTIVATIONS:
+        raise UserError(f"model.activation={fields['activation']!r} is not an ELMo char-CNN activation; use relu or tanh")
+    return ElmoConfig(**fields)
+
+
+def lstmp_step(params: dict[str, Array], state: tuple[Array, Array], x_proj: Array, cell_clip: float,
+               proj_clip: float) -> tuple[Array, Array]:
+    """One step of TF's LSTMCell with projection; `x_proj` is the input's share x @ W[:in] + b."""
+    c, h = state
+    d = c.shape[-1]
+    z = x_proj + h @ params["kernel"][-h.shape[-1]:]
+    i, j, f, o = (z[..., k * d:(k + 1) * d] for k in range(4))
+    c = jax.nn.sigmoid(f + FORGET_BIAS) * c + jax.nn.sigmoid(i) * jnp.tanh(j)
+    if cell_clip:
+        c = jnp.clip(c, -cell_clip, cell_clip)
+    h = (jax.nn.sigmoid(o) * jnp.tanh(c)) @ params["projection"]
+    if proj_clip:
+        h = jnp.clip(h, -proj_clip, proj_clip)
+    return c, h
+
+
+def lstmp_scan(params: dict[str, Array], x: Array, starts: Array, cell_clip: float, proj_clip: float) -> Array:
+    """The layer over [batch, length, in] inputs, state zeroed where `starts` [batch, length] is
+    true; the input projection runs for all steps at once, only the recurrence is scanned."""
+    n_in = x.shape[-1]
+    x_proj = x @ params["kernel"][:n_in] + params["bias"]
+    batch, dim, proj = x.shape[0], params["projection"].shape[0], params["projection"].shape[1]
+
+    def step(state, inputs):
+        xp, start = inputs
+        keep = (~start)[:, None].astype(xp.dtype)
+        c, h = lstmp_step(params, (state[0] * keep, state[1] * keep), xp, cell_clip, proj_clip)
+        return (c, h), h
+
+    init = (jnp.zeros((batch, dim), x.dtype), jnp.zeros((batch, proj), x.dtype))
+    _, hs = jax.lax.scan(step, init, (jnp.swapaxes(x_proj, 0, 1), jnp.swapaxes(starts, 0, 1)))
+    return jnp.swapaxes(hs, 0, 1)
+
+
+def _uniform(limit: float):
+    """Uniform on [-limit, limit] (flax's `uniform` starts at 0)."""
+    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -limit, limit)
+
+
+def piece_starts(packing_ids: Array) -> Array:
+    """True where a row's piece (or its padding) begins: the LSTM state resets there."""
+    previous = jnp.pad(packing_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+    return packing_ids != previous
+
+
+class CharCNN(nn.Module):
+    """Word vectors [batch, length, projection_dim] from character ids [batch, length, chars]."""
+
+    cfg: ElmoConfig
+
+    @nn.compact
+    def __call__(self, char_ids: Array) -> Array:
+        cfg = self.cfg
+        # Row k of the table is character id k + 1 (the file's 261 rows); id 0 (no word) reads zeros.
+        table = self.param("char_embed", _uniform(1.0), (cfg.n_characters - 1, cfg.char_embedding_dim))
+        x = jnp.where((char_ids > 0)[..., None], table[jnp.maximum(char_ids - 1, 0)], 0.0)
+        act = ACTIVATIONS[cfg.activation]
+        pooled = []
+        for i, (width, num) in enumerate(cfg.filters):
+            # bilm-tf's initialisers: uniform(±0.05) under relu, normal(sqrt(1 / fan-in)) under tanh.
+            init = _uniform(0.05) if cfg.activation == "relu" else nn.initializers.normal((1.0 / (width * cfg.char_embedding_dim)) ** 0.5)
+            kernel = self.param(f"W_cnn_{i}", init, (width, cfg.char_embedding_dim, num))
+            bias = self.param(f"b_cnn_{i}", nn.initializers.zeros, (num,))
+            windows = x.shape[-2] - width + 1
+            conv = sum(jnp.einsum("btwc,cn->btwn", x[..., k:k + windows, :], kernel[k]) for k in range(width))
+            pooled.append(act(jnp.max(conv + bias, axis=-2)))
+        h = jnp.concatenate(pooled, axis=-1)
+        f = cfg.n_filters
+        for i in range(cfg.n_highway):
+            w_carry = self.param(f"W_carry_{i}", nn.initializers.normal((1.0 / f) ** 0.5), (f, f))
+            b_carry = self.param(f"b_carry_{i}", nn.initializers.constant(-2.0), (f,))
+            w_transform = self.param(f"W_transform_{i}", nn.initializers.normal((1.0 / f) ** 0.5), (f, f))
+            b_transform = self.param(f"b_transform_{i}", nn.initializers.zeros, (f,))
+            gate = jax.nn.sigmoid(h @ w_carry + b_carry)
+            h = gate * jax.nn.relu(h @ w_transform + b_transform) + (1.0 - gate) * h
+        if cfg.use_projection:
+            w = self.param("W_proj", nn.initializers.normal((1.0 / f) ** 0.5), (f, cfg.projection_dim))
+            h = h @ w + self.param("b_proj", nn.initializers.zeros, (cfg.projection_dim,))
+        return h
+
+
+class LSTMStack(nn.Module):
+    """One direction's LSTMP layers, residual after the first; returns every layer's output."""
+
+    cfg: ElmoConfig
+
+    @nn.compact
+    def __call__(self, x: Array, starts: Array, deterministic: bool) -> list[Array]:
+        cfg = self.cfg
+        outputs = []
+        for k in range(cfg.n_layers):
+            n_in = x.shape[-1]
+            params = {
+                "kernel": self.param(f"layer_{k}_kernel", nn.initializers.glorot_uniform(), (n_in + cfg.projection_dim, 4 * cfg.lstm_dim)),
+                "bias": self.param(f"layer_{k}_bias", nn.initializers.zeros, (4 * cfg.lstm_dim,)),
+                "projection": self.param(f"layer_{k}_projection", nn.initializers.glorot_uniform(), (cfg.lstm_dim, cfg.projection_dim)),
+            }
+            inputs = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+            h = lstmp_scan(params, inputs, starts, cfg.cell_clip, cfg.proj_clip)
+            x = h + x if cfg.use_skip_connections and k > 0 else h
+            outputs.append(x)
+        return outputs
+
+
+class Model(nn.Module):
+    """The biLM over a batch with `char_ids` [batch, length, chars] and `packing_ids` (or
+    `input_mask`) [batch, length]; see the module docstring for the outputs."""
+
+    cfg: ElmoConfig
+
+    def setup(self):
+        self.char_cnn = CharCNN(self.cfg, name="char_cnn")
+        self.forward_lstm = LSTMStack(self.cfg, name="forward")
+        self.backward_lstm = LSTMStack(self.cfg, name="backward")
+        self.softmax = nn.Dense(self.cfg.vocab_size, kernel_init=nn.initializers.normal(1.0 / self.cfg.projection_dim ** 0.5),
+                                name="softmax")
+        self.dropout = nn.Dropout(self.cfg.dropout_rate)
+
+    def representations(self, batch: dict[str, Array], deterministic: bool = True) -> list[Array]:
+        """[x; x] from the char CNN, then [forward; backward] of each LSTM layer ([batch, length, 2P])."""
+        return self._run(batch, deterministic)[2]
+
+    def _run(self, batch: dict[str, Array], deterministic: bool) -> tuple[Array, Array, list[Array]]:
+        pieces = batch.get("packing_ids", batch.get("input_mask"))
+        if pieces is None:
+            pieces = (batch["char_ids"][..., 0] > 0).astype(jnp.int32)
+        x = self.char_cnn(batch["char_ids"])
+        fwd = self.forward_lstm(x, piece_starts(pieces), deterministic)
+        flipped = jnp.flip(pieces, axis=1)
+        bwd = [jnp.flip(h, axis=1) for h in self.backward_lstm(jnp.flip(x, axis=1), piece_starts(flipped), deterministic)]
+        layers = [jnp.concatenate([x, x], axis=-1)] + [jnp.concatenate(pair, axis=-1) for pair in zip(fwd, bwd)]
+        return fwd[-1], bwd[-1], layers
+
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True, decode: bool = False) -> dict[str, Array]:
+        if decode:
+            raise UserError("ELMo has no incremental decoding; call it on whole sequences")
+        fwd, bwd, layers = self._run(batch, deterministic)
+        logits = [self.softmax(self.dropout(h, deterministic=deterministic)).astype(jnp.float32) for h in (fwd, bwd)]
+        return {"forward_logits": logits[0], "backward_logits": logits[1], "layers": layers}
+
+
+def trunk(params: dict) -> dict:
+    """Everything but the softmax: what the reference's weights.hdf5 holds and features read."""
+    return {k: v for k, v in params.items() if k != "softmax"}
+
+
+def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
+    """Char CNN, highways, projection, both LSTM stacks and both softmaxes, per word (nominal the same)."""
+    cfg = encoder_config(config.model)
+    chars, e, f, p, d = cfg.max_characters_per_token, cfg.char_embedding_dim, cfg.n_filters, cfg.projection_dim, cfg.lstm_dim
+    cnn = sum(2 * w * e * n * (chars - w + 1) for w, n in cfg.filters)
+    highway = cfg.n_highway * 2 * (2 * f * f)
+    projection = 2 * f * p if cfg.use_projection else 0
+    lstm = cfg.n_layers * (2 * (p + p) * 4 * d + 2 * d * p)
+    if not cfg.use_projection:
+        lstm += 2 * (f - p) * 4 * d  # the first layer's wider input
+    return flops.TRAIN * (cnn + highway + projection + 2 * lstm + 2 * 2 * p * cfg.vocab_size)

@@ -1,0 +1,155 @@
+"""ELMo (models/elmo.py, objectives/bilm.py, the bilm transform, interop/elmo_hdf5.py).
+
+References: a float64 numpy LSTMP step written from TF's LSTMCell definition, bilm-tf's character
+id conventions spelled out by hand, perturbation of later/earlier words, the CLI's training run on
+the embedded corpus, and the reference's hdf5 dataset names.
+"""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertology import pretrain
+from bertology.data import transforms, words
+from bertology.data.tokenizers import load_tokenizer
+from bertology.models import elmo
+
+TINY = elmo.ElmoConfig(vocab_size=37, filters=((1, 4), (2, 6), (3, 8)), n_highway=1, projection_dim=8, lstm_dim=12,
+                       max_characters_per_token=10, dropout_rate=0.0)
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def test_lstmp_step_equals_numpy_tf_lstmcell():
+    rng = np.random.default_rng(0)
+    n_in, d, p, b = 5, 7, 3, 4
+    params = {"kernel": rng.normal(size=(n_in + p, 4 * d)), "bias": rng.normal(size=4 * d),
+              "projection": rng.normal(size=(d, p))}
+    x, c0, h0 = rng.normal(size=(b, n_in)) * 3, rng.normal(size=(b, d)) * 3, rng.normal(size=(b, p))
+    # TF LSTMCell(num_proj, cell_clip, proj_clip): [x, h] @ W + b -> i, j, f, o; forget bias 1.
+    z = np.concatenate([x, h0], -1) @ params["kernel"] + params["bias"]
+    i, j, f, o = np.split(z, 4, axis=-1)
+    c = np.clip(sigmoid(f + 1.0) * c0 + sigmoid(i) * np.tanh(j), -3, 3)
+    h = np.clip((sigmoid(o) * np.tanh(c)) @ params["projection"], -0.5, 0.5)
+    with jax.enable_x64():
+        p64 = jax.tree.map(jnp.asarray, params)
+        c_ours, h_ours = elmo.lstmp_step(p64, (jnp.asarray(c0), jnp.asarray(h0)),
+                                         jnp.asarray(x) @ p64["kernel"][:n_in] + p64["bias"], 3.0, 0.5)
+    np.testing.assert_allclose(c_ours, c, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(h_ours, h, rtol=1e-12, atol=1e-12)
+    assert np.abs(c).max() == 3.0 and np.abs(h).max() == 0.5  # both clips were exercised
+
+
+def test_char_ids_follow_bilm_tf():
+    # bilm-tf: BOW 258, bytes, EOW 259, pad 260 (training ids), then +1 for inference (0 = no word).
+    np.testing.assert_array_equal(words.word_char_ids("hé", 8), np.array([258, 104, 195, 169, 259, 260, 260, 260]) + 1)
+    np.testing.assert_array_equal(words.word_char_ids("<S>", 5), np.array([258, 256, 259, 260, 260]) + 1)
+    np.testing.assert_array_equal(words.word_char_ids("</S>", 5), np.array([258, 257, 259, 260, 260]) + 1)
+    long = words.word_char_ids("abcdefghij", 6)  # cut to max_chars - 2 bytes, EOW kept
+    np.testing.assert_array_equal(long, np.array([258, 97, 98, 99, 100, 259]) + 1)
+    table = words.char_id_table(["[PAD]", "x"], 4)
+    assert not table[0].any() and table.max() < words.N_CHARACTERS
+
+
+def test_char_cnn_shapes_and_padding_words():
+    chars = np.stack([words.word_char_ids(w, 10) for w in ["<S>", "open", "the", "file", "</S>"]])[None]
+    chars = np.concatenate([chars, np.zeros((1, 2, 10), np.int32)], axis=1)  # two padding words
+    cnn = elmo.CharCNN(TINY)
+    params = cnn.init(jax.random.PRNGKey(0), chars)["params"]
+    assert params["char_embed"].shape == (261, 16)  # bilm-tf's file rows: ids 1..261
+    assert params["W_cnn_2"].shape == (3, 16, 8) and params["W_proj"].shape == (18, 8)
+    out = cnn.apply({"params": params}, chars)
+    assert out.shape == (1, 7, 8)
+    # A padding word reads only zero embeddings: its vector is the same whatever row 0 of the table holds.
+    moved = jax.tree.map(lambda x: x, params)
+    moved["char_embed"] = params["char_embed"].at[0].set(100.0)
+    np.testing.assert_array_equal(cnn.apply({"params": moved}, chars)[0, 5:], out[0, 5:])
+
+
+def _batch(ids, packing_ids):
+    table = np.random.default_rng(1).integers(1, 262, size=(TINY.vocab_size, TINY.max_characters_per_token))
+    return {"char_ids": jnp.asarray(table[ids]), "packing_ids": jnp.asarray(packing_ids)}
+
+
+def test_directions_see_only_their_side_and_pieces_stay_apart():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, TINY.vocab_size, size=(2, 9))
+    packing_ids = np.array([[1] * 5 + [2] * 4, [1] * 7 + [0] * 2])
+    model = elmo.Model(TINY)
+    params = model.init(jax.random.PRNGKey(0), _batch(ids, packing_ids))["params"]
+    base = model.apply({"params": params}, _batch(ids, packing_ids))
+    t = 2
+    changed = ids.copy()
+    changed[:, t] = (changed[:, t] + 1) % TINY.vocab_size
+    out = model.apply({"params": params}, _batch(changed, packing_ids))
+    fwd_moved = np.abs(out["forward_logits"] - base["forward_logits"]).max(-1) > 0
+    bwd_moved = np.abs(out["backward_logits"] - base["backward_logits"]).max(-1) > 0
+    # forward at s reads words <= s of its piece; backward at s reads words >= s of its piece.
+    np.testing.assert_array_equal(fwd_moved[0], [False, False, True, True, True, False, False, False, False])
+    np.testing.assert_array_equal(bwd_moved[0], [True, True, True, False, False, False, False, False, False])
+    # a piece equals itself alone: row 0's second piece is encoded as if it started the row
+    alone = model.apply({"params": params}, _batch(ids[:1, 5:], np.ones((1, 4), np.int64)))
+    np.testing.assert_allclose(alone["forward_logits"][0], base["forward_logits"][0, 5:], atol=1e-5)
+    np.testing.assert_allclose(alone["backward_logits"][0], base["backward_logits"][0, 5:], atol=1e-5)
+    assert [x.shape for x in base["layers"]] == [(2, 9, 16)] * 3
+
+
+def test_bilm_transform_targets(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<S>", "</S>", "a", "b", "c"]) + "\n")
+    tok = load_tokenizer(vocab)
+    import ml_collections
+    cfg = ml_collections.ConfigDict(dict(objective="bilm", max_seq_length=6, max_characters_per_token=8))
+    t = transforms.make(cfg, tok)
+    rows = t.corrupt(t.instances([[np.array([7, 8, 9]), np.array([9])]], np.random.default_rng(0)), None)
+    pieces = sorted(tuple(row[k == p]) for row, k in zip(rows["input_ids"], rows["packing_ids"]) for p in set(k) - {0})
+    assert pieces == [(5, 7, 8, 9, 6), (5, 9, 6)]  # every sentence wrapped in <S> ... </S>
+    r = [i for i, row in enumerate(rows["input_ids"]) if list(row[:5]) == [5, 7, 8, 9, 6]][0]
+    np.testing.assert_array_equal(rows["targets"][r, :5], [7, 8, 9, 6, 0])
+    np.testing.assert_array_equal(rows["target_weights"][r, :5], [1, 1, 1, 1, 0])
+    np.testing.assert_array_equal(rows["backward_targets"][r, :5], [0, 5, 7, 8, 9])
+    np.testing.assert_array_equal(rows["backward_target_weights"][r, :5], [0, 1, 1, 1, 1])
+    np.testing.assert_array_equal(rows["char_ids"][r, 0], words.word_char_ids("<S>", 8))
+    np.testing.assert_array_equal(rows["char_ids"][r, 1], words.word_char_ids("a", 8))
+
+
+def test_hdf5_round_trip_and_reference_names(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    from bertology.interop import elmo_hdf5
+
+    model = elmo.Model(TINY)
+    ids = np.ones((1, 3), np.int64)
+    params = jax.device_get(model.init(jax.random.PRNGKey(3), _batch(ids, ids))["params"])
+    elmo_hdf5.write(tmp_path, TINY, elmo.trunk(params))
+    with h5py.File(tmp_path / "weights.hdf5") as f:
+        names = set()
+        f.visititems(lambda name, obj: names.add(name) if isinstance(obj, h5py.Dataset) else None)
+        assert f["CNN/W_cnn_1"].shape == (1, 2, 16, 6) and f["char_embed"].shape == (261, 16)
+        assert f["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/W_0"].shape == (16, 48)
+    expected = {"char_embed", "CNN_proj/W_proj", "CNN_proj/b_proj",
+                *(f"CNN/{k}_cnn_{i}" for i in range(3) for k in "Wb"),
+                *(f"CNN_high_0/{k}" for k in ("W_carry", "b_carry", "W_transform", "b_transform")),
+                *(f"RNN_{d}/RNN/MultiRNNCell/Cell{k}/LSTMCell/{n}" for d in range(2) for k in range(2)
+                  for n in ("W_0", "B", "W_P_0"))}
+    assert names == expected
+    opts = json.loads((tmp_path / "options.json").read_text())
+    assert opts["char_cnn"]["filters"] == [[1, 4], [2, 6], [3, 8]] and opts["lstm"]["dim"] == 12
+    cfg, back = elmo_hdf5.read(tmp_path, TINY.vocab_size)
+    assert cfg == TINY
+    jax.tree.map(np.testing.assert_array_equal, back, elmo.trunk(params))
+
+
+def test_tiny_bilm_learns_on_embedded_corpus(tmp_path):
+    status = pretrain.main(["pretrain", "--config", "configs/elmo.py:tiny", "--workdir", str(tmp_path),
+                            "--config.total_steps=30", "--config.batch_size=16", "--config.log_every=10",
+                            "--config.eval_every=0", "--config.checkpoint_every=30"])
+    assert status == 0
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    ppl = [r["perplexity"] for r in rows if "perplexity" in r]
+    assert ppl[0] > 2000  # near uniform over the 4k-word vocabulary at the start
+    assert ppl[-1] < 0.5 * ppl[0] and rows[-1]["forward_perplexity"] < 1000 and rows[-1]["backward_perplexity"] < 1000
