@@ -11,10 +11,9 @@ kinds 1/3 bidirectional, 1/3 seq2seq, 1/6 left-to-right, 1/6 right-to-left in ev
 (`data.noise.<kind>` shares) and masks 15% of the tokens 80/10/10, 20% of the masks bigrams or
 trigrams (`data.noise.ngram_prob`, `max_ngram`), afresh each batch.
 
-Starting from BERT (the paper starts from BERT-large): `models.unilm.from_bert` maps a BERT run
-or a converted Hugging Face BERT onto this model (every encoder tensor and the MLM head; the
-segment table widened to six rows); `--config.init_checkpoint` needs the loop to call it for a
-checkpoint of another family (see the module's docstring).
+Starting from BERT (the paper starts from BERT-large): `--config.init_checkpoint=DIR` with a BERT
+run or a converted Hugging Face BERT of the same shape (`models.unilm.init_from`: every encoder
+tensor and the MLM head; the segment table widened to six rows as unilm-v1 does).
 
 Recipe of the paper (section 3, not checked against the PDF here): 512 tokens, batch 330,
 Adam lr 3e-5, 40k warmup, linear decay, 770k steps, weight decay 0.01, dropout 0.1; no NSP
