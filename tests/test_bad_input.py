@@ -8,6 +8,7 @@ that does not divide over them is a real case). The inputs are made once per mod
 from __future__ import annotations
 
 import pathlib
+import shutil
 import types
 
 import flax.linen as nn
@@ -74,10 +75,13 @@ def make_inputs(root: pathlib.Path) -> types.SimpleNamespace:
     bert = ml_collections.ConfigDict(sweep.load_config(REPO / "configs" / "bert.py", "tiny").to_dict())
     bert_example = {"input_ids": np.ones((1, 4), np.int32), "input_mask": np.ones((1, 4), np.int32),
                     "segment_ids": np.zeros((1, 4), np.int32), "masked_positions": np.zeros((1, 2), np.int32)}
+    bert_run = _run_dir(root / "bert_run", bert, bert_example)
+    broken_run = root / "broken_run"  # a run whose config.json was cut off mid-write
+    shutil.copytree(bert_run, broken_run)
+    (broken_run / "config.json").write_text((broken_run / "config.json").read_text()[:40])
     return types.SimpleNamespace(
         root=root, text=str(text), noise=str(noise), images=str(images), bad_json=str(bad_json),
-        list_json=str(list_json), small_vocab=str(small_vocab),
-        bert_run=_run_dir(root / "bert_run", bert, bert_example),
+        list_json=str(list_json), small_vocab=str(small_vocab), bert_run=bert_run, broken_run=str(broken_run),
     )
 
 
@@ -138,6 +142,8 @@ CASES = [
     ("finetune epochs=0", "finetune", _finetune(total_steps=None, epochs="0"), "epochs=0"),
     ("finetune warmup_fraction>1", "finetune", _finetune(optimizer__warmup_fraction="1.5"), "optimizer.warmup_fraction=1.5"),
     ("finetune layerwise decay 0", "finetune", _finetune(optimizer__layerwise_lr_decay="0.0"), "optimizer.layerwise_lr_decay=0.0"),
+    ("finetune from a run whose config.json is not JSON", "finetune",
+     _finetune(init_checkpoint="{p.broken_run}"), "config.json is not JSON"),
     ("finetune vocab differs from checkpoint", "finetune",
      _finetune(init_checkpoint="{p.bert_run}", data__vocab="{p.small_vocab}"), "data.vocab"),
     ("sweep budget 0", "sweep", _args("sweep", "--config=configs/sweep/equal_flops.py", "--workdir={p.out}",

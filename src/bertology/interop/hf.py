@@ -30,7 +30,7 @@ from bertology import models
 from bertology.data.tokenizers import Tokenizer, load_tokenizer, tokenizer_files
 from bertology.errors import UserError
 from bertology.interop import families, hf_config, names
-from bertology.train.checkpoint import Checkpointer, load_params
+from bertology.train.checkpoint import Checkpointer, load_params, read_json
 
 # HF buffers some checkpoints carry (GPT-2's causal masks among them); not parameters
 BUFFERS = ("position_ids", "token_type_ids", ".attn.bias", ".attn.masked_bias")
@@ -82,18 +82,7 @@ def read_tensors(directory: pathlib.Path) -> dict[str, np.ndarray]:
     return {k: np.asarray(v, np.float32) for k, v in tensors.items()}
 
 
-def _read_json(path: pathlib.Path) -> dict[str, Any]:
-    """A Hugging Face config.json as a dict; a missing, unreadable or non-object file is a UserError."""
-    if not path.is_file():
-        raise UserError(f"{path} not found; pass a Hugging Face model directory (config.json + weights)")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not JSON ({str(e).splitlines()[0]}); restore it from the model's release") from None
-    if not isinstance(config, dict):
-        raise UserError(f"{path} holds a JSON {type(config).__name__}, not an object of model settings; "
-                        "restore it from the model's release")
-    return config
+HF_DIR = "pass a Hugging Face model directory (config.json + weights), or restore the file from the model's release"
 
 
 def _with_prefix(tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
@@ -155,7 +144,7 @@ def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
     hf_dir, workdir = pathlib.Path(hf_dir), pathlib.Path(workdir)
     if (workdir / "checkpoints").exists():
         raise UserError(f"{workdir} already holds checkpoints; pass a new --out directory")
-    main_json = _read_json(hf_dir / "config.json")
+    main_json = read_json(hf_dir / "config.json", HF_DIR)
     record = families.by_type(main_json.get("model_type"), str(hf_dir / "config.json"))
     extra = {"generator": generator_dir} if generator_dir else {}
     for source in extra:
@@ -163,7 +152,7 @@ def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
             raise UserError(f"--{source} applies to {', '.join(families.with_extra_source(source))} only, "
                             f"not {record.model_type}")
     dirs = {record.sources[0]: hf_dir, **{s: pathlib.Path(d) for s, d in extra.items()}}
-    configs = {source: main_json if source == record.sources[0] else _read_json(d / "config.json")
+    configs = {source: main_json if source == record.sources[0] else read_json(d / "config.json", HF_DIR)
                for source, d in dirs.items()}
     block = hf_config.from_hf(record, configs, {s: str(d) for s, d in dirs.items()})
     tensors = {source: _with_prefix(read_tensors(d), record.prefix) for source, d in dirs.items()}

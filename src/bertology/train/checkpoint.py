@@ -257,7 +257,22 @@ def load_params(workdir: str | pathlib.Path, step: int | None = None) -> tuple[A
                 partial_restore=True))
         )
     params = jax.tree.map(np.asarray, restored["state"]["params"])
-    return params, json.loads(config_file.read_text())
+    return params, read_json(config_file, "pass the --workdir of a bertology run, or restore its config.json")
+
+
+
+def read_json(path: pathlib.Path, fix: str) -> dict[str, Any]:
+    """A JSON object file (a run's or a Hugging Face model's config.json) as a dict; a missing,
+    unreadable or non-object file is a UserError saying `fix`."""
+    if not path.is_file():
+        raise UserError(f"{path} not found; {fix}")
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not JSON ({str(e).splitlines()[0]}); {fix}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path} holds a JSON {type(value).__name__}, not an object of settings; {fix}")
+    return value
 
 
 def check_shapes(saved: Any, expected: Any, where: pathlib.Path) -> None:
