@@ -26,6 +26,9 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
     # A run directory (pretraining, or `bertology.convert --from hf`) to start from: its model
     # block and parameters replace this config's; the optimizer starts fresh.
     c.init_checkpoint = placeholder(str)
+    # A run directory (or HF import) holding a frozen teacher for distillation objectives
+    # (bertology.train.teacher): loaded at every start and resume, never trained or checkpointed.
+    c.teacher_checkpoint = placeholder(str)
 
     c.model = ml_collections.ConfigDict(dict(
         family=family,

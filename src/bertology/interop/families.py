@@ -197,6 +197,24 @@ ELECTRA = HFModel(
     tied={"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
     source_configs={"generator": _generator},
 )
+DISTILBERT = HFModel(
+    "distilbert", "distilbert", {"model": "DistilBertForMaskedLM"}, prefix="distilbert",
+    layout=(names.Part("model", "encoder", "distilbert", (names.EMBEDDINGS, names.DISTILBERT_LAYER), trunk=True),
+            names.Part("model", "", "", (names.DISTILBERT_HEADS,), trunk=False)),
+    keys=(("vocab_size", "vocab_size"), ("hidden_size", "dim"), ("num_layers", "n_layers"), ("num_heads", "n_heads"),
+          ("intermediate_size", "hidden_dim"), ("max_position_embeddings", "max_position_embeddings"),
+          ("dropout_rate", "dropout"), ("attention_dropout_rate", "attention_dropout"),
+          ("initializer_range", "initializer_range")),
+    activation=("activation", {**GELUS, "relu": "relu"}),
+    # every LayerNorm of DistilBERT has eps 1e-12, not a config key
+    fixed={**ENCODER, "type_vocab_size": 0, "pooler": False, "layer_norm_eps": 1e-12},
+    defaults=dict(vocab_size=30522, max_position_embeddings=512, sinusoidal_pos_embds=False, n_layers=6, n_heads=12,
+                  dim=768, hidden_dim=3072, dropout=0.1, attention_dropout=0.1, activation="gelu",
+                  initializer_range=0.02, tie_word_embeddings=True),
+    tokenizer="DistilBertTokenizer", required={"sinusoidal_pos_embds": False, "tie_word_embeddings": True},
+    written={"pad_token_id": 0},
+    tied={"vocab_projector.weight": "distilbert.embeddings.word_embeddings.weight"},
+)
 GPT2 = HFModel(
     "gpt2", "gpt", {"model": "GPT2LMHeadModel"}, prefix="transformer",
     layout=(names.Part("model", "decoder", "transformer", (names.GPT2_EMBEDDINGS, names.GPT_LAYER, names.FINAL_NORM),
@@ -307,7 +325,7 @@ BART = HFModel(
           "model.decoder.embed_tokens.weight": "model.shared.weight", "lm_head.weight": "model.shared.weight"},
 )
 
-RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, GPT2, OPENAI_GPT, T5, MT5, BART)}
+RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, DISTILBERT, GPT2, OPENAI_GPT, T5, MT5, BART)}
 
 
 def by_type(model_type: Any, where: str) -> HFModel:

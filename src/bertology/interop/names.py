@@ -79,6 +79,17 @@ BERT_LAYER = (  # BERT, RoBERTa and ELECTRA: `{i}` is the layer index
 )
 BERT_POOLER = (("pooler", "pooler.dense", "dense"),)  # absent from BertForMaskedLM, RobertaForMaskedLM
 
+DISTILBERT_LAYER = (  # the trunk's embeddings are BERT's (`EMBEDDINGS`), without a segment table
+    ("attention_{i}/query", "transformer.layer.{i}.attention.q_lin", "to_heads"),
+    ("attention_{i}/key", "transformer.layer.{i}.attention.k_lin", "to_heads"),
+    ("attention_{i}/value", "transformer.layer.{i}.attention.v_lin", "to_heads"),
+    ("attention_{i}/output", "transformer.layer.{i}.attention.out_lin", "from_heads"),
+    ("attention_{i}/norm", "transformer.layer.{i}.sa_layer_norm", "norm"),
+    ("ffn_{i}/intermediate", "transformer.layer.{i}.ffn.lin1", "dense"),
+    ("ffn_{i}/output", "transformer.layer.{i}.ffn.lin2", "dense"),
+    ("ffn_{i}/norm", "transformer.layer.{i}.output_layer_norm", "norm"),
+)
+
 _ALBERT = "encoder.albert_layer_groups.0.albert_layers.0"
 ALBERT_LAYER = (  # one shared layer, applied num_layers times
     ("attention_0/query", f"{_ALBERT}.attention.query", "to_heads"),
@@ -184,6 +195,11 @@ ROBERTA_HEADS = (
     ("mlm/transform", "lm_head.dense", "dense"),
     ("mlm/norm", "lm_head.layer_norm", "norm"),
     ("mlm/bias", "lm_head.bias", "tensor"),
+)
+DISTILBERT_HEADS = (
+    ("mlm/transform", "vocab_transform", "dense"),
+    ("mlm/norm", "vocab_layer_norm", "norm"),
+    ("mlm/bias", "vocab_projector.bias", "tensor"),
 )
 ALBERT_HEADS = (
     ("mlm/transform", "predictions.dense", "dense"),

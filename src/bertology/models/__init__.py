@@ -10,6 +10,8 @@ outside it ever asks which family it is:
   `TransformerConfig` is `config(model_config)`);
 - `init_from(params, fresh) -> params` (optional): how a run of this family starts from
   another family's checkpoint (`--config.init_checkpoint`; UniLM and bert2bert from BERT);
+- `from_teacher(teacher_params, fresh) -> params` (optional): a distillation student's start
+  from its frozen teacher (`--config.teacher_checkpoint`; DistilBERT takes every other layer);
 - `flops_per_token(config, nominal) -> float`: training FLOPs per input token of a run config
   (`bertology.models.flops`): what runs, or with `nominal` the paper-style estimate that the
   equal-FLOP sweep budgets with.

@@ -3,7 +3,10 @@
 A family is (model module, objective module, data stream) picked by name from the config; the
 run only knows the objective's contract (see `bertology.objectives`). What is particular to
 pretraining lives here: the corpus and its stream of masked batches, held-out evaluation
-batches, and `init_checkpoint` taking a whole model (and its vocab) from another run.
+batches, `init_checkpoint` taking a whole model (and its vocab) from another run, and
+`teacher_checkpoint` putting a frozen teacher beside the student (`bertology.train.teacher`):
+the student takes the teacher's vocab unless set, and a family that defines
+`from_teacher(teacher_params, fresh_params)` (DistilBERT) starts from the teacher's weights.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from bertology.data.embedded import embedded_corpus_path
 from bertology.errors import UserError
 from bertology.train import optimizer as optimizer_lib
 from bertology.train import run as run_lib
+from bertology.train import teacher as teacher_lib
 from bertology.train.checkpoint import check_shapes, load_params
 from bertology.train.metrics import log
 
@@ -56,13 +60,29 @@ def adopt_init_checkpoint(config: ml_collections.ConfigDict) -> Callable[[Any], 
     return start
 
 
+def adopt_teacher(config: ml_collections.ConfigDict) -> teacher_lib.Teacher | None:
+    """With `teacher_checkpoint` set, the loaded teacher; the student takes its vocab unless set."""
+    if not config.get("teacher_checkpoint"):
+        return None
+    teacher = teacher_lib.load(config.teacher_checkpoint)
+    if config.data.vocab is None:
+        config.data.vocab = teacher.config["data"]["vocab"]
+    return teacher
+
+
 def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, Any]:
     """Pretrain per `config` in `workdir` (a local path or gs://...), resuming from its latest
     checkpoint. Returns {history, state, step, preempted}."""
     workdir = epath.Path(workdir)
     config = ml_collections.ConfigDict(config.to_dict())  # our own copy: vocab_size may be filled in
     start = adopt_init_checkpoint(config)
+    teacher = adopt_teacher(config)
     vocab_path, tokenizer = run_lib.resolve_vocab(config)
+    teacher_vocab = None if teacher is None else models.encoder_config(teacher.config["model"]).vocab_size
+    if teacher is not None and teacher_vocab != config.model.vocab_size:
+        raise UserError(f"teacher_checkpoint {config.teacher_checkpoint} has a {teacher_vocab}-token "
+                        f"vocabulary but the student's has {config.model.vocab_size}; unset data.vocab to use the "
+                        "teacher's")
     config.data.vocab = str(vocab_path)
     corpus = config.data.corpus or embedded_corpus_path()
     docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log)
@@ -86,17 +106,28 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
     first = next(stream)
     stream.set_state({"pass": 0, "offset": 0, "step": 0})
 
-    def from_init_checkpoint(fresh: Any) -> Any:
-        log(f"starting from the parameters of {config.init_checkpoint}")
-        return start(fresh)
+    family = models.family(config.model.family)
 
+    def start_params(fresh: Any) -> Any:
+        """A new run's parameters: the init checkpoint's, else (a distillation student) the teacher's
+        layers where the family states how (`from_teacher`)."""
+        if start is not None:
+            log(f"starting from the parameters of {config.init_checkpoint}")
+            return start(fresh)
+        params = family.from_teacher(teacher.params, fresh)
+        check_shapes(params, fresh, teacher.source)
+        log(f"starting from the layers of the teacher {config.teacher_checkpoint}")
+        return params
+
+    starts = start is not None or (teacher is not None and hasattr(family, "from_teacher"))
     with run_lib.setup(
         config, workdir,
         model=models.build(config.model),
         objective=objectives.get(config.objective),
         example={k: v[:1] for k, v in first.items()},
         optimizer=lambda _: optimizer_lib.make(config.optimizer, config.total_steps),
-        start_params=None if start is None else from_init_checkpoint,
+        start_params=start_params if starts else None,
+        teacher=teacher,
     ) as run:
         log(f"pretraining {config.model.family} ({sum(x.size for x in jax.tree.leaves(run.state['params'])) / 1e6:.2f}M "
             f"params), batch {config.batch_size}x{config.data.max_seq_length}")

@@ -27,6 +27,10 @@ What a run survives (issue 18), and how:
 The config keys read here are the ones every run config has: `seed`, `mesh`, `batch_size`,
 `grad_accum_steps`, `log_every`, `eval_every`, `checkpoint_every`, `keep_checkpoints`, and, with
 the defaults below where a config lacks them, `max_nonfinite_steps` and `allow_config_change`.
+
+A frozen teacher (`setup(teacher=...)`, see `bertology.train.teacher`) is placed beside the state,
+not in it: an extra, undonated argument of the jitted steps, so it is never updated, never
+differentiated and never checkpointed.
 """
 
 from __future__ import annotations
@@ -56,10 +60,11 @@ from bertology.data.tokenizers import for_data
 from bertology.errors import UserError
 from bertology.objectives import Objective
 from bertology.train import sharding
-from bertology.train.checkpoint import DIVERGENCE_HINT, Checkpointer
+from bertology.train.checkpoint import DIVERGENCE_HINT, Checkpointer, check_shapes
 from bertology.train.distributed import any_process
 from bertology.train.metrics import MetricsWriter, format_duration, is_remote, log
 from bertology.train.step import State, fresh_state, make_train_step, param_init
+from bertology.train.teacher import Teacher, WithTeacher
 
 # The train state's count of steps not applied because their loss or gradient was not finite.
 SKIPPED = "skipped_steps"
@@ -127,9 +132,9 @@ def check_config_drift(config: ml_collections.ConfigDict, workdir: epath.Path) -
     now = _flat(json.loads(config.to_json_best_effort()))
     listed = [k.strip() for k in str(config.get("allow_config_change") or "").split(",") if k.strip()]
     allowed = (*SAFE_TO_CHANGE, *listed)
-    missing = object()
+    # A key added to the configs since the workdir was written reads as None there (its default).
     differ = [k for k in sorted(saved.keys() | now.keys())
-              if not same_value(saved.get(k, missing), now.get(k, missing))
+              if not same_value(saved.get(k), now.get(k))
               and not any(k == a or k.startswith(a + ".") for a in allowed)]
     if differ:
         shown = ", ".join(f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in differ[:6]) + (" ..." if len(differ) > 6 else "")
@@ -338,6 +343,7 @@ class Run:
     checkpointer: Checkpointer
     writer: MetricsWriter
     data_state: dict[str, Any] | None  # the data position of the checkpoint resumed from
+    teacher_params: Any = None  # the frozen teacher's parameters as placed on the mesh (None: no teacher)
 
     @property
     def step(self) -> int:
@@ -447,6 +453,7 @@ def setup(
     example: dict[str, np.ndarray],
     optimizer: Callable[[Any], tuple[optax.GradientTransformation, optax.Schedule]],
     start_params: Callable[[Any], Any] | None = None,
+    teacher: Teacher | None = None,
 ) -> Iterator[Run]:
     """Set up a run of `model` trained on `objective` in `workdir`, with `sharding.activate` in
     force for its duration; checkpoints and metrics are flushed and closed on the way out.
@@ -455,6 +462,8 @@ def setup(
     from the abstract parameters (fine-tuning reads their names for its trainable mask and
     layer-wise rates). Without a checkpoint to resume, `start_params(fresh)` may replace the
     fresh parameters (wholly, or e.g. only the encoder); its result is placed like them.
+    `teacher`: a frozen network whose parameters are placed by the same rules and handed to
+    the objective as `WithTeacher(model, teacher.model, params)` (`bertology.train.teacher`).
     """
     validation.check(config)
     workdir = epath.Path(workdir)
@@ -483,20 +492,33 @@ def setup(
             latest, state, data_state = resumed
             log(f"resumed from {checkpointer.directory / str(latest)} at step {latest}")
 
+        frozen, frozen_shardings = (), ()  # the teacher's params: an extra argument of the steps
+        if teacher is not None:
+            boxed_teacher = jax.eval_shape(param_init(teacher.model, example), key)
+            teacher_shardings = sharding.logical_shardings(boxed_teacher, mesh, rules)
+            check_shapes(teacher.params, sharding.abstract_arrays(boxed_teacher, teacher_shardings), teacher.source)
+            frozen, frozen_shardings = (jax.device_put(teacher.params, teacher_shardings),), (teacher_shardings,)
+
+        def with_teacher(*teacher_params: Any) -> Any:
+            return WithTeacher(model, teacher.model, teacher_params[0]) if teacher_params else model
+
         replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         batch_sharding = sharding.batch_sharding(mesh, rules)
-        train_step = jax.jit(
-            skip_nonfinite(make_train_step(model, objective, tx, lr, config.grad_accum_steps)),
-            in_shardings=(shardings, batch_sharding, replicated),
+        jitted_train = jax.jit(
+            lambda state, batch, k, *t: skip_nonfinite(
+                make_train_step(with_teacher(*t), objective, tx, lr, config.grad_accum_steps))(state, batch, k),
+            in_shardings=(shardings, batch_sharding, replicated, *frozen_shardings),
             out_shardings=(shardings, replicated),
             donate_argnums=(0,),
         )
-        eval_step = jax.jit(
-            lambda params, batch: objective.terms(params, batch, None, model),
-            in_shardings=(shardings["params"], batch_sharding),
+        jitted_eval = jax.jit(
+            lambda params, batch, *t: objective.terms(params, batch, None, with_teacher(*t)),
+            in_shardings=(shardings["params"], batch_sharding, *frozen_shardings),
             out_shardings=replicated,
         )
         writer = MetricsWriter(workdir, after_step=0 if resumed is None else resumed[0])
         cleanup.callback(writer.close)
         cleanup.callback(checkpointer.wait)
-        yield Run(config, mesh, rules, key, objective, state, train_step, eval_step, checkpointer, writer, data_state)
+        yield Run(config, mesh, rules, key, objective, state, lambda s, b, k: jitted_train(s, b, k, *frozen),
+                  lambda p, b: jitted_eval(p, b, *frozen), checkpointer, writer, data_state,
+                  frozen[0] if frozen else None)
