@@ -255,22 +255,30 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
             f"{n_params / 1e6:.2f}M params trained) from {config.init_checkpoint or 'scratch'}: "
             f"{n_train} training rows, {total} steps of {config.batch_size}")
         rows = ShuffledRows({k: v for k, v in train_arrays.items() if k != "word_index"}, config.batch_size, config.seed)
-        summary = run.fit(rows, total, scores)
-        if summary["preempted"]:
-            return {"task": task.name, "mode": config.mode, "steps": summary["step"], "scores": {}, "preempted": True}
-        if not latest:  # the workdir's run had already finished: score its final parameters
-            latest.update(evaluate(run.state["params"]))
-        train_loss, evals = _record(run.writer.steps(), config.log_every, total)
-        final_params = run.state["params"]
+        results = _results(run, run.fit(rows, total, scores), task, config, latest, evaluate, workdir, t0)
+    if results.get("preempted"):
+        return results
+    _write_predictions(task, splits, latest["predictions"], workdir)
+    return {**results, "params": run.state["params"], "predictions": latest["predictions"]}
 
+
+def _results(run: run_lib.Run, summary: dict, task: tasks.Task, config: ml_collections.ConfigDict, latest: dict,
+             evaluate: Callable[[Any], dict], workdir: pathlib.Path, t0: float) -> dict[str, Any]:
+    """What a fine-tuning run reports (written to results.json), or a short record when it was
+    preempted. `latest` holds the last evaluation; a workdir whose run had already finished has
+    none yet, so its final parameters are scored here."""
+    if summary["preempted"]:
+        return {"task": task.name, "mode": config.mode, "steps": summary["step"], "scores": {}, "preempted": True}
+    if not latest:
+        latest.update(evaluate(run.state["params"]))
+    train_loss, evals = _record(run.writer.steps(), config.log_every, summary["step"])
     results = {
         "task": task.name, "kind": task.kind, "mode": config.mode, "init_checkpoint": config.init_checkpoint,
-        "steps": total, "scores": latest["scores"], "primary": task.primary, "evals": evals,
+        "steps": summary["step"], "scores": latest["scores"], "primary": task.primary, "evals": evals,
         "train_loss": train_loss, "seconds": time.time() - t0,
     }
     outputs.write_results(workdir, results)
-    _write_predictions(task, splits, latest["predictions"], workdir)
-    return {**results, "params": final_params, "predictions": latest["predictions"]}
+    return results
 
 
 def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, int]:
@@ -367,23 +375,13 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
         n_params = sum(x.size for x in jax.tree.leaves(run.state["params"]))
         log(f"fine-tuning {task.name} (seq2seq, {n_params / 1e6:.2f}M params) from {config.init_checkpoint or 'scratch'}: "
             f"{n_train} training rows, {total} steps of {config.batch_size}")
-        summary = run.fit(ShuffledRows(train_arrays, config.batch_size, config.seed), total, scores)
-        if summary["preempted"]:
-            return {"task": task.name, "mode": config.mode, "steps": summary["step"], "scores": {}, "preempted": True}
-        if not latest:
-            latest.update(evaluate(run.state["params"]))
-        train_loss, evals = _record(run.writer.steps(), config.log_every, total)
-        final_params = run.state["params"]
-
-    results = {
-        "task": task.name, "kind": task.kind, "mode": config.mode, "init_checkpoint": config.init_checkpoint,
-        "steps": total, "scores": latest["scores"], "primary": task.primary, "evals": evals,
-        "train_loss": train_loss, "seconds": time.time() - t0,
-    }
-    outputs.write_results(workdir, results)
+        rows = ShuffledRows(train_arrays, config.batch_size, config.seed)
+        results = _results(run, run.fit(rows, total, scores), task, config, latest, evaluate, workdir, t0)
+    if results.get("preempted"):
+        return results
     for split, texts in latest["predictions"].items():
         (workdir / f"predictions_{split}.txt").write_text("".join(t.replace("\n", " ") + "\n" for t in texts))
-    return {**results, "params": final_params, "predictions": latest["predictions"]}
+    return {**results, "params": run.state["params"], "predictions": latest["predictions"]}
 
 
 def _generate_texts(model: Any, params: Any, examples: list[dict], tokenizer: Any, source_length: int,
