@@ -32,7 +32,7 @@ def test_layers_padding_and_context(pretrained):  # noqa: F811
     alone = extract(pretrained, texts[:1], max_seq_length=8, batch_size=1)
     np.testing.assert_allclose(alone["sentence"][0], last["sentence"][0], rtol=1e-5, atol=1e-6)
     with pytest.raises(UserError, match="out of range"):
-        extract(pretrained, texts, layers=[7])
+        extract(pretrained, texts, layers=[7], max_seq_length=8)
 
 
 def test_cli(pretrained, tmp_path):  # noqa: F811

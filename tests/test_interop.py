@@ -232,4 +232,5 @@ def test_cli_error_is_one_line(tmp_path):
     r = _convert("--from", "hf", "--in", tmp_path / "missing", "--out", tmp_path / "run")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [f"bertology.convert: error: {tmp_path / 'missing' / 'config.json'} "
-                                              "not found; pass a Hugging Face model directory (config.json + weights)"]
+                                              "not found; pass a Hugging Face model directory (config.json + weights), or restore the "
+                                              "file from the model's release"]

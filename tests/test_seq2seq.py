@@ -113,7 +113,10 @@ def test_t5_presets_follow_the_papers():
     assert (v11.model.num_layers, v11.model.num_heads, v11.model.head_size, v11.model.intermediate_size) == (8, 6, 64, 1024)
     assert (v10.model.activation, v10.model.tie_embeddings, v11.model.activation, v11.model.tie_embeddings) == (
         "relu", True, "gated_gelu", False)
-    base = models.build(load_config("t5:base").model)
+    base_config = load_config("t5:base")
+    assert base_config.data.extra_ids == 100  # the vocabulary: data.vocab + 100 sentinels
+    base_config.model.vocab_size = 32128  # Google's t5-base table (32,100 padded to a multiple of 128)
+    base = models.build(base_config.model)
     example = random_batch(np.random.default_rng(0), 9, 1, 4, 3, 0)
     shapes = jax.eval_shape(lambda: base.init(jax.random.key(0), example))
     count = sum(np.prod(x.shape) for x in jax.tree.leaves(nn.meta.unbox(shapes["params"])))
