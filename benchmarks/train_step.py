@@ -117,14 +117,21 @@ def main(argv: list[str] | None = None) -> dict:
     config.data.max_seq_length, config.data.max_predictions_per_seq = args.seq_len, args.predictions
     cfg = models.encoder_config(config.model)
     batch = random_batch(cfg, args.batch_size, args.seq_len, args.predictions)
+    return measure(args, config, batch, theirs, "train_step")
+
+
+def measure(args: argparse.Namespace, config: Any, batch: dict, reference: Callable[[Any], tuple[Callable, dict]],
+            name: str) -> dict[str, Any]:
+    """Time our step (and `reference(config)`'s unless --no_reference) on `batch`, then record the
+    row under `args.out/<name>`: the one measurement every train-step benchmark reports."""
     row: dict[str, Any] = dict(
         preset=args.preset, batch_size=args.batch_size, seq_len=args.seq_len, dtype=args.dtype, remat=args.remat,
         vocab_size=args.vocab_size, device=jax.devices()[0].device_kind, device_count=1,
         flops_per_token=models.flops_per_token(config),
     )
-    runs = [ours(config, batch)] + ([] if args.no_reference else [theirs(config)])
+    runs = [ours(config, batch)] + ([] if args.no_reference else [reference(config)])
     row.update(throughput(runs, batch, args.steps, row["flops_per_token"], args.peak_flops))
-    report.append([row], pathlib.Path(args.out), "train_step", COLUMNS, FORMATS)
+    report.append([row], pathlib.Path(args.out), name, COLUMNS, FORMATS)
     return row
 
 

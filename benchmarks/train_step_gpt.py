@@ -12,15 +12,11 @@ optax AdamW step. Appends to --out/train_step_gpt.jsonl and --out/train_step_gpt
 from __future__ import annotations
 
 import argparse
-import pathlib
 from typing import Any, Callable
 
-import jax
 import numpy as np
 
-from benchmarks import report
-from benchmarks.train_step import COLUMNS, FORMATS, jitted_step, ours, recipe_config, throughput
-from bertology import models
+from benchmarks.train_step import jitted_step, measure, recipe_config
 from bertology.errors import UserError
 
 
@@ -68,15 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
                         f"{config.model.max_position_embeddings} positions; pass at most that")
     config.data.max_seq_length = args.seq_len
     batch = causal_batch(args.vocab_size, args.batch_size, args.seq_len)
-    row: dict[str, Any] = dict(
-        preset=args.preset, batch_size=args.batch_size, seq_len=args.seq_len, dtype=args.dtype, remat=args.remat,
-        vocab_size=args.vocab_size, device=jax.devices()[0].device_kind, device_count=1,
-        flops_per_token=models.flops_per_token(config),
-    )
-    runs = [ours(config, batch)] + ([] if args.no_reference else [theirs(config)])
-    row.update(throughput(runs, batch, args.steps, row["flops_per_token"], args.peak_flops))
-    report.append([row], pathlib.Path(args.out), "train_step_gpt", COLUMNS, FORMATS)
-    return row
+    return measure(args, config, batch, theirs, "train_step_gpt")
 
 
 if __name__ == "__main__":
