@@ -6,7 +6,8 @@ Both run the same batch shapes, the same loss (MLM at the gathered positions + N
 and the same optax AdamW step built from the config; only the model code differs. Prints the
 tokens/s of each, our counted FLOPs/token and MFU (with --peak_flops), and the ratio (of wall
 time, and of this process's CPU time, which other jobs on a shared machine cannot inflate); appends a
-JSON line to --out/train_step.jsonl and a markdown row to --out/train_step.md.
+JSON line to --out/train_step.jsonl and a markdown row to --out/train_step.md. The GPT-2
+version (`benchmarks.train_step_gpt`) reuses the timing and reporting here.
 """
 
 from __future__ import annotations

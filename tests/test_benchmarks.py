@@ -2,11 +2,15 @@
 
 import json
 
+import flax.linen as nn
+import jax
 import pytest
 
-from benchmarks import memory, padding, pipeline, train_step
-from bertology import models
+from benchmarks import memory, padding, pipeline, reference, train_step, train_step_gpt
+from bertology import models, objectives
+from bertology.errors import UserError
 from bertology.models import flops
+from bertology.train.step import param_init
 
 
 def test_flops_per_token_of_bert_base_with_the_gathered_head():
@@ -37,6 +41,50 @@ def test_train_step_against_hugging_face_writes_json_and_markdown(tmp_path):
     assert json.loads(line) == row
     header, rule, cells = (tmp_path / "train_step.md").read_text().splitlines()
     assert header.startswith("| preset | batch_size") and cells.startswith("| tiny | 2 | 16 | float32 |")
+
+
+def test_gpt2_flops_per_token_is_palms_formula():
+    config = train_step.recipe_config("gpt", "gpt2", 50257, "float32", "none")
+    config.data.max_seq_length = 1024
+    # PaLM (Chowdhery et al. 2022, app. B): 6N + 12·L·H·Q·T, N the weights every token multiplies
+    # (12 layers of 12·d² and the tied 50257 x 768 output layer), full (non-causal) attention.
+    n = 12 * 12 * 768**2 + 768 * 50257
+    assert models.flops_per_token(config) == pytest.approx(6 * n + 12 * 12 * 12 * 64 * 1024)
+
+
+def test_gpt_batch_makes_our_loss_hugging_faces_shifted_loss_on_the_same_shapes():
+    config = train_step.recipe_config("gpt", "tiny", 128, "float32", "none")
+    batch = train_step_gpt.causal_batch(128, 3, 16, seed=1)
+    model = models.build(config.model)
+    params = nn.meta.unbox(param_init(model, batch)(jax.random.key(0)))
+    ours, _ = objectives.get(config.objective)(params, batch, None, model)
+    logits = model.apply({"params": params}, batch)["logits"]
+    assert float(ours) == pytest.approx(float(reference.shifted_cross_entropy(logits, batch["input_ids"])), rel=1e-5)
+    # The reference is the same network: GPT-2's GPT2Config from our block, parameter for parameter.
+    hf = reference.hf_gpt2_model(dict(config.model))
+    assert (hf.config.n_layer, hf.config.n_embd, hf.config.activation_function) == (2, 128, "gelu_new")
+    sizes = [sum(x.size for x in jax.tree.leaves(p)) for p in (params, hf.params)]
+    assert sizes[0] == sizes[1]
+
+
+def test_gpt_benchmark_refuses_what_it_cannot_compare(tmp_path):
+    with pytest.raises(UserError, match="model.norm='pre'"):  # GPT-1 is post-LN: no FlaxGPT2 counterpart
+        reference.hf_gpt2_model(dict(train_step.recipe_config("gpt", "gpt1", 40478, "float32", "none").model))
+    with pytest.raises(UserError, match="--seq_len 256 exceeds preset tiny's 128 positions"):
+        train_step_gpt.main(["--preset", "tiny", "--seq_len", "256", "--vocab_size", "128", "--out", str(tmp_path)])
+
+
+def test_gpt_train_step_against_hugging_face_writes_its_own_table(tmp_path):
+    row = train_step_gpt.main(["--preset", "tiny", "--batch_size", "2", "--seq_len", "16", "--vocab_size", "128",
+                               "--steps", "1", "--peak_flops", "1e12", "--out", str(tmp_path)])
+    assert row["tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
+    assert row["ratio"] == pytest.approx(row["tokens_per_s"] / row["hf_tokens_per_s"])
+    assert row["mfu"] == pytest.approx(row["tokens_per_s"] * row["flops_per_token"] / 1e12)
+    (line,) = (tmp_path / "train_step_gpt.jsonl").read_text().splitlines()
+    assert json.loads(line) == row
+    header, rule, cells = (tmp_path / "train_step_gpt.md").read_text().splitlines()
+    assert header.startswith("| preset | batch_size") and cells.startswith("| tiny | 2 | 16 | float32 |")
+    assert not (tmp_path / "train_step.md").exists()  # BERT's table stays BERT's
 
 
 def tiny_batch(config):
