@@ -81,21 +81,27 @@ class Mean:
 
 @jax.tree_util.register_pytree_node_class
 class Terms:
-    """What an objective returns: `means` by name, and the loss as {name: coefficient} over them."""
+    """What an objective returns: `means` by name, and the loss as {name: coefficient} over them.
 
-    def __init__(self, loss: Mapping[str, float], means: Mapping[str, Mean]):
+    `carry` (optional) is state a recurrent family hands to its next batch (Transformer-XL's
+    memory, ELMo's LSTM states): a pytree of arrays whose leading axis is the batch row, with the
+    structure and shapes of the `batch["carry"]` it was given, gradient stopped.
+    """
+
+    def __init__(self, loss: Mapping[str, float], means: Mapping[str, Mean], carry: Any = None):
         missing = sorted(set(loss) - set(means))
         if missing:
             raise ValueError(f"loss terms {missing} have no mean")
         self.loss = dict(loss)
         self.means = dict(means)
+        self.carry = carry
 
-    def tree_flatten(self) -> tuple[tuple[dict[str, Mean]], tuple[tuple[str, float], ...]]:
-        return (self.means,), tuple(self.loss.items())
+    def tree_flatten(self) -> tuple[tuple[dict[str, Mean], Any], tuple[tuple[str, float], ...]]:
+        return (self.means, self.carry), tuple(self.loss.items())
 
     @classmethod
-    def tree_unflatten(cls, loss: tuple[tuple[str, float], ...], children: tuple[dict[str, Mean]]) -> "Terms":
-        return cls(dict(loss), children[0])
+    def tree_unflatten(cls, loss: tuple[tuple[str, float], ...], children: tuple[dict[str, Mean], Any]) -> "Terms":
+        return cls(dict(loss), children[0], children[1])
 
     def weights(self) -> dict[str, Array]:
         """Each loss term's weight: what the train step divides every microbatch's term by."""
