@@ -180,7 +180,8 @@ def _check_xlnet(config: ml_collections.ConfigDict) -> None:
     rest = o.seq_len - o.reuse_len
     if o.reuse_len >= o.seq_len - 3:
         raise _refuse("data.reuse_len", o.reuse_len, f"leaves no room for A <sep> B <sep> <cls> in "
-                      f"data.max_seq_length={o.seq_len}", f"use reuse_len < {o.seq_len - 3} (the reference: half the row)")
+                      f"data.max_seq_length={o.seq_len}",
+                      f"use reuse_len < {o.seq_len - 3} (the reference: half the row)")
     if o.reuse_len % o.perm_size or rest % o.perm_size:
         raise _refuse("data.perm_size", o.perm_size, f"does not divide both data.reuse_len={o.reuse_len} and the "
                       f"{rest} tokens after it", "use a common divisor of the two (the reference: reuse_len)")
