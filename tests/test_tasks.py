@@ -4,6 +4,7 @@ import importlib
 import json
 import pathlib
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -13,6 +14,7 @@ from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
 from bertology.evaluation import conll as conll_metrics
 from bertology.tasks import embedded, encode, qa
+from bertology.tasks.inputs import featurize
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
@@ -331,3 +333,79 @@ def test_qa_decode_picks_span_and_null(tokenizer):
     # one token at most: the best is the gold start token alone (3 + -5 beats -5 + -5)
     first = spans[0][windows[0].token_to_doc[s]]
     assert qa.decode(ex, windows, spans, start, end, max_answer_length=1) == {"a": ex[0]["context"][first[0]:first[1]]}
+
+
+XLNET = encode.Layout(cls_position="last", padding_side="left")
+
+
+def test_xlnet_layout_classification(tokenizer):
+    # xlnet classifier_utils.convert_single_example: a <sep> b <sep> <cls>, padded on the left,
+    # segment ids a 0 (its <sep> too), b 1 (its <sep> too), <cls> 2, padding 4
+    a, b = tokenizer.encode("the module"), tokenizer.encode("a function")
+    sep, cls, pad = tokenizer.sep_id, tokenizer.cls_id, tokenizer.pad_id
+    row = encode.encode_pair(tokenizer, "the module", "a function", 10, XLNET)
+    assert row["input_ids"].tolist() == [pad, pad, pad, *a, sep, *b, sep, cls]
+    assert row["segment_ids"].tolist() == [4, 4, 4, 0, 0, 0, 1, 1, 1, 2]
+    assert row["input_mask"].tolist() == [0, 0, 0] + [1] * 7
+    alone = encode.encode_pair(tokenizer, "the module", "", 5, XLNET)
+    assert alone["input_ids"].tolist() == [pad, *a, sep, cls] and alone["segment_ids"].tolist() == [4, 0, 0, 0, 2]
+    # the layout comes from the data keys, for every task kind that packs pairs
+    data = ml_collections.ConfigDict(dict(max_seq_length=10, cls_position="last", padding_side="left"))
+    example = {"text_a": "the module", "text_b": "a function", "label": 1}
+    feats = featurize(tasks.get("sst2"), [example], tokenizer, data)
+    assert feats.arrays["input_ids"][0].tolist() == row["input_ids"].tolist() and feats.arrays["label"].tolist() == [1]
+
+
+def test_xlnet_layout_word_labels(tokenizer):
+    words = ["Blackburnshire", "runs"]
+    n0 = len(tokenizer.encode(words[0]))
+    row = encode.encode_words(tokenizer, words, [2, 0], 16, XLNET)
+    used = n0 + 1 + 2  # the word pieces, <sep>, <cls>
+    start = 16 - used
+    assert row["labels"].tolist() == [-1] * start + [2] + [-1] * (n0 - 1) + [0, -1, -1]
+    assert row["word_index"][start] == 0 and row["word_index"][start + n0] == 1
+    assert row["input_ids"][-1] == tokenizer.cls_id and row["input_mask"][:start].sum() == 0
+
+
+def test_xlnet_layout_squad_spans_shift(tokenizer):
+    # xlnet run_squad: context <sep> question <sep> <cls>; here padded on the left as the classifier
+    # and Hugging Face's XLNet tokenizer pad, so every answer position moves by the padding
+    squad = load("squad_v2", "squad")["train"]
+    max_len, stride = 40, 8
+    bert, bert_windows, _ = qa.encode(tokenizer, squad, max_len, stride, 16)
+    xl, windows, spans = qa.encode(tokenizer, squad, max_len, stride, 16, XLNET)
+    assert len(windows) == len(bert_windows)
+    answered = 0
+    for w, win in enumerate(windows):
+        ex = squad[win.example]
+        query = tokenizer.encode(ex["question"])[:16]
+        length = int((win.token_to_doc >= 0).sum())
+        pad = max_len - (length + len(query) + 3)
+        assert win.cls_index == max_len - 1 and xl["input_ids"][w, -1] == tokenizer.cls_id
+        assert (win.token_to_doc[pad:pad + length] == np.arange(win.doc_start, win.doc_start + length)).all()
+        assert xl["input_ids"][w, pad + length + 1:pad + length + 1 + len(query)].tolist() == query
+        s, t = int(xl["start_position"][w]), int(xl["end_position"][w])
+        if bert["start_position"][w] == 0:
+            assert s == t == max_len - 1  # no answer here: the summary token
+            continue
+        answered += 1
+        shift = pad - (len(query) + 2)  # BERT's context starts after [CLS] question [SEP]
+        assert (s, t) == (bert["start_position"][w] + shift, bert["end_position"][w] + shift)
+        np.testing.assert_array_equal(xl["input_ids"][w, s:t + 1],
+                                      bert["input_ids"][w, s - shift:t - shift + 1])
+        first, last = win.token_to_doc[s], win.token_to_doc[t]
+        assert ex["context"][spans[win.example][first][0]:spans[win.example][last][1]] == ex["answers"][0]
+    assert answered > 0
+    # the null score is read at the summary token
+    ex = [{"id": "a", "context": "The Denver Broncos won.", "question": "Who won?", "answers": ["Denver Broncos"],
+           "answer_starts": [4], "is_impossible": False}]
+    arrays, wins, sp = qa.encode(tokenizer, ex, 32, 8, 8, XLNET)
+    s, t = int(arrays["start_position"][0]), int(arrays["end_position"][0])
+    start, end = np.full((1, 32), -5.0), np.full((1, 32), -5.0)
+    start[0, s], end[0, t] = 3.0, 3.0
+    assert qa.decode(ex, wins, sp, start, end) == {"a": "Denver Broncos"}
+    start[0, 31], end[0, 31] = 4.0, 4.0
+    assert qa.decode(ex, wins, sp, start, end, null_threshold=1.0) == {"a": ""}
+    start[0, 31], end[0, 31] = -5.0, -5.0
+    start[0, 0], end[0, 0] = 4.0, 4.0  # position 0 is padding now, not the summary token
+    assert qa.decode(ex, wins, sp, start, end, null_threshold=1.0) == {"a": "Denver Broncos"}

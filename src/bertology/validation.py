@@ -46,6 +46,10 @@ def _positive() -> tuple[str, Callable[[Any], bool]]:
     return "a number > 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
 
+def _boolean() -> tuple[str, Callable[[Any], bool]]:
+    return "True or False", lambda v: isinstance(v, bool)
+
+
 def _one_of(*names: str) -> tuple[str, Callable[[Any], bool]]:
     return "one of " + ", ".join(repr(n) for n in names), lambda v: v in names
 
@@ -88,6 +92,14 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("data.masking", _one_of("static", "dynamic"), "static (precomputed copies) or dynamic masking"),
     ("data.doc_stride", _integer(1), "tokens between question-answering windows"),
     ("data.max_query_length", _integer(1), "question tokens per window"),
+    ("data.cls_position", _one_of("first", "last"), "where task inputs put the summary token (XLNet: last)"),
+    ("data.padding_side", _one_of("right", "left"), "which side task inputs are padded on (XLNet: left)"),
+    ("data.reuse_len", _integer(1), "XLNet: tokens per row that continue the lane and are cached as memory"),
+    ("data.num_predict", _integer(1), "XLNet: predicted tokens per row (the reference: 85 of 512)"),
+    ("data.perm_size", _integer(1), "XLNet: the block length of the factorisation order"),
+    ("data.mask_alpha", _integer(1), "XLNet: context tokens per predicted n-gram token (K = 6)"),
+    ("data.mask_beta", _integer(1), "XLNet: predicted tokens per mask_alpha context tokens (1)"),
+    ("data.bi_data", _boolean(), "XLNet: half the batch as reversed lanes"),
 )
 _UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps")
 
@@ -121,6 +133,7 @@ def check(config: ml_collections.ConfigDict) -> None:
                       "lower one of them (BERT: 0.8 [MASK] and 0.1 random)")
     _check_length(config)
     _check_batching(config)
+    _check_xlnet(config)
 
 
 def _check_length(config: ml_collections.ConfigDict) -> None:
@@ -154,6 +167,36 @@ def _check_batching(config: ml_collections.ConfigDict) -> None:
             raise _refuse(key, value, f"does not divide over the {devices} devices the batch is sharded on "
                           f"(mesh.shape={tuple(mesh.shape)}, strategy {mesh.get('strategy')!r})",
                           f"use a multiple of {devices} or change mesh.shape")
+
+
+def _check_xlnet(config: ml_collections.ConfigDict) -> None:
+    """XLNet's rows must fit their parts (`bertology.data.permutation.Settings`, keys defaulted
+    as the transform defaults them)."""
+    if _get(config, "data.objective") != "xlnet":
+        return
+    from bertology.data.permutation import Settings
+
+    o = Settings.from_config(config.data)
+    rest = o.seq_len - o.reuse_len
+    if o.reuse_len >= o.seq_len - 3:
+        raise _refuse("data.reuse_len", o.reuse_len, f"leaves no room for A <sep> B <sep> <cls> in "
+                      f"data.max_seq_length={o.seq_len}",
+                      f"use reuse_len < {o.seq_len - 3} (the reference: half the row)")
+    if o.reuse_len % o.perm_size or rest % o.perm_size:
+        raise _refuse("data.perm_size", o.perm_size, f"does not divide both data.reuse_len={o.reuse_len} and the "
+                      f"{rest} tokens after it", "use a common divisor of the two (the reference: reuse_len)")
+    if o.predict_in_reuse > o.reuse_len or o.num_predict - o.predict_in_reuse > rest:
+        raise _refuse("data.num_predict", o.num_predict, f"does not fit: half of it is predicted in the "
+                      f"{o.reuse_len} reused tokens and half in the {rest} after them",
+                      f"use at most {2 * min(o.reuse_len, rest)} (the reference: seq_len / 6)")
+    if o.mask_alpha < o.mask_beta:
+        raise _refuse("data.mask_alpha", o.mask_alpha, f"is below data.mask_beta={o.mask_beta}",
+                      "use mask_alpha >= mask_beta (the reference: 6 and 1)")
+    for key in ("batch_size", "eval_batch_size"):
+        value = _get(config, key)
+        if o.bi_data and value is not _MISSING and value % 2:
+            raise _refuse(key, value, "is odd and data.bi_data puts reversed copies of the lanes in half the batch",
+                          "use an even batch size or set data.bi_data=False")
 
 
 def check_sweep(config: ml_collections.ConfigDict) -> None:

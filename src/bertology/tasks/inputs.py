@@ -1,6 +1,7 @@
 """A task's examples to arrays for the model, and the model's outputs back to task predictions.
 
-`featurize` picks the encoding by head kind (pairs, words, choices, QA windows); `predict`
+`featurize` picks the encoding by head kind (pairs, words, choices, QA windows), in the layout of
+data.cls_position / data.padding_side (`encode.Layout`); `predict`
 turns stacked outputs into what the task's scorer and the submission writers take: class ids,
 regression values, tag-name lists per sentence, or {question id: answer text}.
 """
@@ -24,16 +25,18 @@ class Features:
 
 
 def featurize(task: Task, examples: list[Example], tokenizer: Tokenizer, data: ml_collections.ConfigDict) -> Features:
-    n = data.max_seq_length
+    n, layout = data.max_seq_length, encode.Layout.from_config(data)
     if task.kind == "qa":
-        arrays, windows, spans = qa.encode(tokenizer, examples, n, data.doc_stride, data.max_query_length)
+        arrays, windows, spans = qa.encode(tokenizer, examples, n, data.doc_stride, data.max_query_length, layout)
         return Features(arrays, (windows, spans))
     if task.kind == "token":
-        rows = [encode.encode_words(tokenizer, e["tokens"], e["tags"], n) for e in examples]
+        rows = [encode.encode_words(tokenizer, e["tokens"], e["tags"], n, layout) for e in examples]
     elif task.kind == "choice":
-        rows = [{**encode.encode_choices(tokenizer, e["context"], e["endings"], n), "label": e["label"]} for e in examples]
+        rows = [{**encode.encode_choices(tokenizer, e["context"], e["endings"], n, layout), "label": e["label"]}
+                for e in examples]
     else:
-        rows = [{**encode.encode_pair(tokenizer, e["text_a"], e["text_b"], n), "label": e["label"]} for e in examples]
+        rows = [{**encode.encode_pair(tokenizer, e["text_a"], e["text_b"], n, layout), "label": e["label"]}
+                for e in examples]
     arrays = encode.stack(rows)
     if task.kind == "regression":
         arrays["label"] = arrays["label"].astype(np.float32)

@@ -19,7 +19,7 @@ import numpy as np
 
 from bertology.data.tokenizers import Tokenizer
 from bertology.data.tokenizers.wordpiece import _is_punctuation  # BERT's split points inside a word
-from bertology.tasks.encode import pack, stack
+from bertology.tasks.encode import BERT_LAYOUT, Layout, pack, stack
 
 Span = tuple[int, int]  # [start, end) in characters
 
@@ -75,6 +75,7 @@ class Window:
     doc_start: int  # first context token in the window
     token_to_doc: np.ndarray  # [max_len] context token index at each position, -1 elsewhere
     max_context: np.ndarray  # [max_len] bool: this window is the best one for that token
+    cls_index: int = 0  # the summary token's position: where "no answer" points
 
 
 def window_starts(num_doc: int, max_doc: int, stride: int) -> list[tuple[int, int]]:
@@ -101,10 +102,13 @@ def _max_context(windows: list[tuple[int, int]], w: int, pos: int) -> bool:
 
 
 def encode(
-    tokenizer: Tokenizer, examples: list[dict[str, Any]], max_len: int, stride: int, max_query: int
+    tokenizer: Tokenizer, examples: list[dict[str, Any]], max_len: int, stride: int, max_query: int,
+    layout: Layout = BERT_LAYOUT,
 ) -> tuple[dict[str, np.ndarray], list[Window], list[list[Span]]]:
     """Model inputs (with start/end positions) for every window, the windows, and each context's
-    token character spans."""
+    token character spans. With the summary token last (XLNet) the context comes first and the
+    question second, as XLNet's run_squad puts them ("during pretraining, B is always shorter than
+    A"); a window without the answer points at the summary token."""
     rows, windows, all_spans = [], [], []
     for e, ex in enumerate(examples):
         query = tokenizer.encode(ex["question"])[:max_query]
@@ -115,18 +119,22 @@ def encode(
             start = ex["answer_starts"][0]
             answer = char_to_token_span(spans, start, start + len(ex["answers"][0]))
         slides = window_starts(len(doc), max_len - len(query) - 3, stride)
-        offset = len(query) + 2  # [CLS] query [SEP]
+        context_first = layout.cls_position == "last"
         for w, (start, length) in enumerate(slides):
-            row = pack(tokenizer, query, doc[start:start + length], max_len)
+            piece = doc[start:start + length]
+            a, b = (piece, query) if context_first else (query, piece)
+            row = pack(tokenizer, a, b, max_len, layout)
+            a_start, b_start, cls_index = layout.place(len(a), len(b), max_len)
+            offset = a_start if context_first else b_start
             token_to_doc = np.full(max_len, -1, np.int32)
             token_to_doc[offset:offset + length] = np.arange(start, start + length)
             max_context = np.zeros(max_len, bool)
             max_context[offset:offset + length] = [_max_context(slides, w, p) for p in range(start, start + length)]
-            s = t = 0
+            s = t = cls_index
             if answer and start <= answer[0] and answer[1] < start + length:
                 s, t = answer[0] - start + offset, answer[1] - start + offset
             rows.append({**row, "start_position": s, "end_position": t})
-            windows.append(Window(e, start, token_to_doc, max_context))
+            windows.append(Window(e, start, token_to_doc, max_context, cls_index))
     arrays = {k: v.astype(np.int32) for k, v in stack(rows).items()}
     return arrays, windows, all_spans
 
@@ -147,7 +155,7 @@ def decode(
     null: dict[int, float] = {}
     for w, win in enumerate(windows):
         s_logits, e_logits = start_logits[w], end_logits[w]
-        null[win.example] = min(null.get(win.example, np.inf), float(s_logits[0] + e_logits[0]))
+        null[win.example] = min(null.get(win.example, np.inf), float(s_logits[win.cls_index] + e_logits[win.cls_index]))
         starts = np.argsort(-s_logits)[:n_best]
         ends = np.argsort(-e_logits)[:n_best]
         for s in starts:
