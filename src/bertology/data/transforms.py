@@ -46,10 +46,16 @@ Document = Sequence[np.ndarray]
 class Transform:
     """One objective's rows. The stream calls `instances` once per pass with that pass's rng, then
     `corrupt` with a fresh rng: on the shuffled pass (reused for `copies` passes) or, when
-    `per_batch`, on every batch. Evaluation calls `corrupt` once on its fixed instances."""
+    `per_batch`, on every batch. Evaluation calls `corrupt` once on its fixed instances.
+
+    A `contiguous` transform (for a family that carries state across batches) instead has
+    `instances(documents, rng, lanes)` return the pass as [lanes, steps, length, ...] arrays cut
+    by `lanes.cut` from the documents as one stream, and is read by `lanes.LanesStream`, which
+    corrupts every batch."""
 
     per_batch: bool = False  # corrupt each batch afresh (dynamic masking) instead of each pass
     copies: int | None = None  # distinct passes before pass p repeats pass p % copies; None: never
+    contiguous: bool = False  # lanes of one token stream, row b of step t + 1 continuing row b of step t
 
     def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
         self.cfg = cfg
