@@ -224,3 +224,71 @@ def test_tiny_bilm_learns_on_embedded_corpus(tmp_path):
     ppl = [r["perplexity"] for r in rows if "perplexity" in r]
     assert ppl[0] > 2000  # near uniform over the 4k-word vocabulary at the start
     assert ppl[-1] < 0.5 * ppl[0] and rows[-1]["forward_perplexity"] < 1000 and rows[-1]["backward_perplexity"] < 1000
+
+
+@pytest.fixture(scope="module")
+def elmo_run(tmp_path_factory):
+    """A tiny stateful biLM run (3 steps): a checkpoint to take features from."""
+    root = tmp_path_factory.mktemp("elmo_run")
+    _tiny_stateful(root, 3)
+    return root
+
+
+def _two_topic_sst2(root: pathlib.Path, vocab: str) -> pathlib.Path:
+    """An SST-2-layout task whose label is the topic of the words (files vs numbers), all of them
+    in the biLM's word vocabulary."""
+    topics = [["file", "open", "read", "path", "directory", "write", "close"],
+              ["number", "integer", "float", "value", "sum", "zero", "int"]]
+    known = set(pathlib.Path(vocab).read_text().split())
+    assert all(w in known for t in topics for w in t)
+    rng = np.random.default_rng(0)
+    (root / "SST-2").mkdir(parents=True)
+    for split, n in (("train", 96), ("dev", 16)):
+        labels = np.arange(n) % 2
+        lines = [" ".join(rng.choice(topics[y], rng.integers(3, 7))) + f"\t{y}" for y in labels]
+        (root / "SST-2" / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(lines) + "\n")
+    return root / "SST-2"
+
+
+def test_classification_from_elmo_features_learns_and_leaves_the_bilm_frozen(tmp_path, elmo_run):
+    from bertology.train.checkpoint import load_params
+    from bertology.train.finetune import default_config, finetune
+
+    saved, run_config = load_params(elmo_run)
+    c = default_config("sst2")
+    c.update(init_checkpoint=str(elmo_run), mode="features", total_steps=40, batch_size=16, eval_batch_size=16,
+             log_every=1)
+    c.data.dir = str(_two_topic_sst2(tmp_path / "data", run_config["data"]["vocab"]))
+    c.data.max_seq_length = 12
+    c.optimizer.learning_rate = 0.1  # only the head and the mix train, over small mean-pooled vectors
+    c.mesh.shape = (1, 1)
+    result = finetune(c, tmp_path / "run")
+    losses = result["train_loss"]
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.1, losses
+    assert result["scores"]["accuracy"] > 80
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(result["params"]["encoder"]), elmo.trunk(saved))
+    assert not np.allclose(np.asarray(result["params"]["mix"]["weights"]), 0.0)  # the scalar mix learned
+    assert result["params"]["mix"]["weights"].shape == (3,)  # char CNN + 2 LSTM layers
+
+
+def test_elmo_features_are_the_bilm_layers(elmo_run):
+    from bertology import features
+    from bertology.train.checkpoint import load_params
+
+    texts = ["open the file", "the file is open and the value is returned"]
+    out = features.extract(elmo_run, texts, layers=(0,), max_seq_length=12)
+    params, run_config = load_params(elmo_run)
+    cfg = elmo.config(run_config["model"])
+    tok = load_tokenizer(run_config["data"]["vocab"])
+    ids = out["input_ids"]
+    assert ids[0, 0] == tok.cls_id and (out["tokens"][out["input_mask"] == 0] == 0).all()
+    # row 0: <S> open the file </S> read alone, as the biLM reads a sentence
+    names = ["<S>", *tok.convert_ids_to_tokens(ids[0, 1:4].tolist()), "</S>"]
+    chars = np.stack([words.word_char_ids(w, cfg.max_characters_per_token) for w in names])[None]
+    layers = elmo.Model(cfg).apply({"params": elmo.trunk(params)}, {"char_ids": jnp.asarray(chars),
+                                   "input_mask": jnp.ones((1, 5), jnp.int32)}, method="representations")
+    np.testing.assert_allclose(out["tokens"][0, :5], layers[0][0], atol=1e-5)
+    mixed = features.extract(elmo_run, texts, layers=(1, 2), max_seq_length=12)
+    np.testing.assert_allclose(mixed["tokens"][0, :5], (layers[1][0] + layers[2][0]) / 2, atol=1e-5)
+    mask = out["input_mask"][1].astype(bool)
+    np.testing.assert_allclose(mixed["sentence"][1], mixed["tokens"][1][mask].mean(0), atol=1e-5)

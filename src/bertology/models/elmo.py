@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from bertology.data import words
 from bertology.data.words import N_CHARACTERS
 from bertology.errors import UserError
 from bertology.models import encoder_config, flops
@@ -146,7 +147,7 @@ class CharCNN(nn.Module):
         cfg = self.cfg
         # Row k of the table is character id k + 1 (the file's 261 rows); id 0 (no word) reads zeros.
         table = self.param("char_embed", _uniform(1.0), (cfg.n_characters - 1, cfg.char_embedding_dim))
-        x = jnp.where((char_ids > 0)[..., None], table[jnp.maximum(char_ids - 1, 0)], 0.0)
+        x = jnp.where((char_ids > 0)[..., None], jnp.take(table, jnp.maximum(char_ids - 1, 0), axis=0), 0.0)
         act = ACTIVATIONS[cfg.activation]
         pooled = []
         for i, (width, num) in enumerate(cfg.filters):
@@ -258,6 +259,27 @@ class Model(nn.Module):
         logits = [self.softmax(self.dropout(h, deterministic=deterministic)).astype(jnp.float32) for h in (fwd, bwd)]
         out = {"forward_logits": logits[0], "backward_logits": logits[1]}
         return {**out, "layers": layers} if carry is None else {**out, "carry": carry}
+
+
+def task_inputs(cfg: ElmoConfig, tokenizer: Any, arrays: dict[str, np.ndarray], mode: str) -> dict[str, np.ndarray]:
+    """Fine-tuning or feature rows with the `char_ids` the biLM reads (`bertology.finetune`,
+    `bertology.features`).
+
+    ELMo reads words, and its checkpoint's vocabulary is a word vocabulary (`data/words.py`): the
+    shared tokenizer splits task text into words (BERT's basic punctuation split) and gives each
+    word one id, so a task position *is* a word and no subword ever reaches the biLM; a word the
+    vocabulary lacks becomes `[UNK]`, whose characters the CNN then reads (the word's own spelling
+    is not kept: a limit of reading task text through the word vocabulary). `[CLS]` and `[SEP]`
+    are read as the sentence marks `<S>` and `</S>` the biLM was trained with; padding reads no
+    characters. The biLM is used frozen, as Peters et al. use it: only `mode=features` (its
+    layers through the learned scalar mix) is accepted.
+    """
+    if mode != "features":
+        raise UserError(f"an ELMo checkpoint fine-tunes frozen, through its scalar mix; use mode=features, not {mode!r}")
+    marks = {"[CLS]": words.BOS, "[SEP]": words.EOS}
+    tokens = [marks.get(t, t) for t in tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))]
+    table = words.char_id_table(tokens, cfg.max_characters_per_token)
+    return {**arrays, "char_ids": table[arrays["input_ids"]].astype(np.int32)}
 
 
 def trunk(params: dict) -> dict:
