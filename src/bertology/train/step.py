@@ -51,6 +51,13 @@ def _joined(x: jax.Array) -> jax.Array:
 
 
 def accumulated_gradients(model: nn.Module, objective: Objective, grad_accum_steps: int) -> Callable:
+    """(params, batch, key) -> (grads, metrics) of the whole batch, taken over `grad_accum_steps`
+    microbatches (`accumulated_with_carry` without its carry)."""
+    grads = accumulated_with_carry(model, objective, grad_accum_steps)
+    return lambda params, batch, key: grads(params, batch, key)[:2]
+
+
+def accumulated_with_carry(model: nn.Module, objective: Objective, grad_accum_steps: int) -> Callable:
     """(params, batch, key) -> (grads, metrics, carry) of the whole batch, taken over
     `grad_accum_steps` microbatches; microbatch i takes rows i, i+k, i+2k, ... so each one is
     spread evenly over the data shards. A `batch["carry"]` is split into the same rows, and the
@@ -68,7 +75,7 @@ def accumulated_gradients(model: nn.Module, objective: Objective, grad_accum_ste
         terms = objective.terms(params, batch, key, model)
         return terms.loss_value(weights), terms
 
-    def grads(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
+    def grads(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple[Any, dict[str, jax.Array], Any]:
         weights = objective.terms(params, batch, key, model).weights()
         micro = jax.tree.map(lambda x: _rows(x, k), batch)
         grad_fn = jax.grad(loss_of, has_aux=True)
@@ -99,10 +106,10 @@ def make_train_step(
 
     `loss_fn` is an `objectives.Objective`. Without accumulation any function (params, batch,
     rng, model) -> (loss, metrics) will do (the benchmark's Hugging Face reference is one); with
-    `grad_accum_steps` > 1, or a state with a carry, see `accumulated_gradients`. The dropout key
+    `grad_accum_steps` > 1, or a state with a carry, see `accumulated_with_carry`. The dropout key
     of step s is fold_in(key, s) (and of microbatch i, fold_in of that, i).
     """
-    accumulated = accumulated_gradients(model, loss_fn, grad_accum_steps)
+    accumulated = accumulated_with_carry(model, loss_fn, grad_accum_steps)
 
     def plain(params, batch, key):
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, key, model)
