@@ -12,8 +12,12 @@ Presets:
   corpus's 32k words unless `--config.data.vocab=` names another (a vocab.txt of words with
   BERT's specials, `<S>` and `</S>`: `bertology.data.words.build_word_vocab`).
 - small: 5 filters (512), projection 256, 1024 cells, 16k words.
-- tiny: 4 filters (128), 1 highway, projection 64, 256 cells, 4k words, rows of 32 words; learns
-  on a CPU in a few minutes.
+- tiny: 4 filters (128), 1 highway, projection 64, 256 cells, 4k words, segments of 32 words;
+  learns on a CPU in a few minutes.
+
+Training is stateful, as the reference's: the corpus is read as batch_size parallel lanes of
+max_seq_length-word segments (`data/lanes.py`, the `bilm` transform), and the LSTM states each
+segment ends with start the next one (`state["carry"]`, checkpointed with the run).
 """
 
 import ml_collections

@@ -6,6 +6,9 @@ the embedded corpus, and the reference's hdf5 dataset names.
 """
 
 import json
+import pathlib
+import shutil
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +19,9 @@ from bertology import pretrain
 from bertology.data import transforms, words
 from bertology.data.tokenizers import load_tokenizer
 from bertology.models import elmo
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
+import elmo as elmo_config  # noqa: E402
 
 TINY = elmo.ElmoConfig(vocab_size=37, filters=((1, 4), (2, 6), (3, 8)), n_highway=1, projection_dim=8, lstm_dim=12,
                        max_characters_per_token=10, dropout_rate=0.0)
@@ -99,23 +105,88 @@ def test_directions_see_only_their_side_and_pieces_stay_apart():
     assert [x.shape for x in base["layers"]] == [(2, 9, 16)] * 3
 
 
-def test_bilm_transform_targets(tmp_path):
+def test_bilm_transform_makes_forward_and_reversed_sentence_lanes(tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<S>", "</S>", "a", "b", "c"]) + "\n")
     tok = load_tokenizer(vocab)
     import ml_collections
-    cfg = ml_collections.ConfigDict(dict(objective="bilm", max_seq_length=6, max_characters_per_token=8))
+    cfg = ml_collections.ConfigDict(dict(objective="bilm", max_seq_length=2, max_characters_per_token=8))
     t = transforms.make(cfg, tok)
-    rows = t.corrupt(t.instances([[np.array([7, 8, 9]), np.array([9])]], np.random.default_rng(0)), None)
-    pieces = sorted(tuple(row[k == p]) for row, k in zip(rows["input_ids"], rows["packing_ids"]) for p in set(k) - {0})
-    assert pieces == [(5, 7, 8, 9, 6), (5, 9, 6)]  # every sentence wrapped in <S> ... </S>
-    r = [i for i, row in enumerate(rows["input_ids"]) if list(row[:5]) == [5, 7, 8, 9, 6]][0]
-    np.testing.assert_array_equal(rows["targets"][r, :5], [7, 8, 9, 6, 0])
-    np.testing.assert_array_equal(rows["target_weights"][r, :5], [1, 1, 1, 1, 0])
-    np.testing.assert_array_equal(rows["backward_targets"][r, :5], [0, 5, 7, 8, 9])
-    np.testing.assert_array_equal(rows["backward_target_weights"][r, :5], [0, 1, 1, 1, 1])
-    np.testing.assert_array_equal(rows["char_ids"][r, 0], words.word_char_ids("<S>", 8))
-    np.testing.assert_array_equal(rows["char_ids"][r, 1], words.word_char_ids("a", 8))
+    assert t.contiguous
+    docs = [[np.array([7, 8, 9]), np.array([9])], [np.array([8, 7])]]
+    forward = [5, 7, 8, 9, 6, 5, 9, 6, 5, 8, 7, 6]  # <S> a b c </S> <S> c </S> <S> b a </S>
+    backward = [6, 9, 8, 7, 5, 6, 9, 5, 6, 7, 8, 5]  # each sentence reversed, in the same order
+    rng = np.random.default_rng(0)
+    offset = int(np.random.default_rng(0).integers(2))  # the offset `lanes.cut` draws from the pass rng
+    rows = t.instances(docs, rng, 1)
+    steps = (12 - offset) // 2
+    assert rows["input_ids"].shape == (1, steps, 2)
+    np.testing.assert_array_equal(rows["input_ids"].reshape(-1), forward[offset:offset + 2 * steps])
+    np.testing.assert_array_equal(rows["backward_input_ids"].reshape(-1), backward[offset:offset + 2 * steps])
+    np.testing.assert_array_equal(rows["targets"].reshape(-1), (forward + [0])[offset + 1:offset + 1 + 2 * steps])
+    np.testing.assert_array_equal(rows["backward_targets"].reshape(-1), (backward + [0])[offset + 1:offset + 1 + 2 * steps])
+    two = t.instances(docs, np.random.default_rng(0), 2)  # two lanes: each a contiguous half
+    half = (12 - offset) // 2
+    np.testing.assert_array_equal(two["input_ids"][1].reshape(-1)[:2], forward[offset + half:offset + half + 2])
+    batch = t.corrupt({k: v[:, 0] for k, v in rows.items()}, None)
+    np.testing.assert_array_equal(batch["char_ids"][0, 0], words.word_char_ids(tok.convert_ids_to_tokens([forward[offset]])[0], 8))
+    np.testing.assert_array_equal(batch["backward_char_ids"][0, 0],
+                                  words.word_char_ids(tok.convert_ids_to_tokens([backward[offset]])[0], 8))
+
+
+def test_stateful_segments_equal_one_long_scan():
+    """Reading T segments one by one, each from the carry the one before returned, gives the
+    outputs and final states of one scan over their concatenation from zero states."""
+    rng = np.random.default_rng(0)
+    lanes_, steps, length = 3, 4, 5
+    ids = rng.integers(1, TINY.vocab_size, size=(lanes_, steps * length))
+    back = rng.integers(1, TINY.vocab_size, size=(lanes_, steps * length))
+    table = np.random.default_rng(1).integers(1, 262, size=(TINY.vocab_size, TINY.max_characters_per_token))
+    model = elmo.Model(TINY)
+    zero = jax.tree.map(jnp.asarray, elmo.initial_carry(dict(family="elmo", **TINY.__dict__), lanes_))
+    whole = {"char_ids": table[ids], "backward_char_ids": table[back], "carry": zero}
+    params = model.init(jax.random.PRNGKey(0), whole)["params"]
+    apply = jax.jit(lambda b: model.apply({"params": params}, b))
+    ref = apply(whole)
+    carry, fwd, bwd = zero, [], []
+    for t in range(steps):
+        cut = slice(t * length, (t + 1) * length)
+        out = apply({"char_ids": table[ids[:, cut]], "backward_char_ids": table[back[:, cut]], "carry": carry})
+        carry = out["carry"]
+        fwd.append(out["forward_logits"])
+        bwd.append(out["backward_logits"])
+    np.testing.assert_allclose(np.concatenate(fwd, 1), ref["forward_logits"], atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(bwd, 1), ref["backward_logits"], atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), carry, ref["carry"])
+    assert carry["forward"]["c"].shape == (lanes_, 2, TINY.lstm_dim) and carry["backward"]["h"].shape == (lanes_, 2, 8)
+    # the carry is used: the last segment from zero states reads differently
+    alone = apply({"char_ids": table[ids[:, -length:]], "backward_char_ids": table[back[:, -length:]], "carry": zero})
+    assert np.abs(alone["forward_logits"] - fwd[-1]).max() > 1e-3
+
+
+def _tiny_stateful(workdir, steps, **overrides):
+    from bertology.train.loop import train
+
+    c = elmo_config.get_config("tiny")
+    c.model.update(filters=[[1, 4], [2, 8]], projection_dim=16, lstm_dim=24)
+    c.update(batch_size=8, total_steps=steps, log_every=1, eval_every=0, checkpoint_every=3, seed=3)
+    c.data.max_seq_length = 6
+    c.update(overrides)
+    return train(c, workdir)
+
+
+def test_stateful_training_resumes_exactly(tmp_path):
+    """A run killed after its checkpoint at step 3 (its later checkpoint removed) and rerun gives
+    the losses and LSTM states of one uninterrupted run."""
+    whole = _tiny_stateful(tmp_path / "whole", 6)
+    shutil.copytree(tmp_path / "whole", tmp_path / "killed")
+    shutil.rmtree(tmp_path / "killed" / "checkpoints" / "6")
+    second = _tiny_stateful(tmp_path / "killed", 6)
+    assert [h["step"] for h in second["history"]] == [4, 5, 6]
+    assert [h["loss"] for h in second["history"]] == [h["loss"] for h in whole["history"][3:]]
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(second["state"]["carry"]),
+                 jax.device_get(whole["state"]["carry"]))
+    assert np.abs(jax.device_get(whole["state"]["carry"]["forward"]["h"])).max() > 0  # states were carried
 
 
 def test_hdf5_round_trip_and_reference_names(tmp_path):
@@ -153,3 +224,71 @@ def test_tiny_bilm_learns_on_embedded_corpus(tmp_path):
     ppl = [r["perplexity"] for r in rows if "perplexity" in r]
     assert ppl[0] > 2000  # near uniform over the 4k-word vocabulary at the start
     assert ppl[-1] < 0.5 * ppl[0] and rows[-1]["forward_perplexity"] < 1000 and rows[-1]["backward_perplexity"] < 1000
+
+
+@pytest.fixture(scope="module")
+def elmo_run(tmp_path_factory):
+    """A tiny stateful biLM run (3 steps): a checkpoint to take features from."""
+    root = tmp_path_factory.mktemp("elmo_run")
+    _tiny_stateful(root, 3)
+    return root
+
+
+def _two_topic_sst2(root: pathlib.Path, vocab: str) -> pathlib.Path:
+    """An SST-2-layout task whose label is the topic of the words (files vs numbers), all of them
+    in the biLM's word vocabulary."""
+    topics = [["file", "open", "read", "path", "directory", "write", "close"],
+              ["number", "integer", "float", "value", "sum", "zero", "int"]]
+    known = set(pathlib.Path(vocab).read_text().split())
+    assert all(w in known for t in topics for w in t)
+    rng = np.random.default_rng(0)
+    (root / "SST-2").mkdir(parents=True)
+    for split, n in (("train", 96), ("dev", 16)):
+        labels = np.arange(n) % 2
+        lines = [" ".join(rng.choice(topics[y], rng.integers(3, 7))) + f"\t{y}" for y in labels]
+        (root / "SST-2" / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(lines) + "\n")
+    return root / "SST-2"
+
+
+def test_classification_from_elmo_features_learns_and_leaves_the_bilm_frozen(tmp_path, elmo_run):
+    from bertology.train.checkpoint import load_params
+    from bertology.train.finetune import default_config, finetune
+
+    saved, run_config = load_params(elmo_run)
+    c = default_config("sst2")
+    c.update(init_checkpoint=str(elmo_run), mode="features", total_steps=40, batch_size=16, eval_batch_size=16,
+             log_every=1)
+    c.data.dir = str(_two_topic_sst2(tmp_path / "data", run_config["data"]["vocab"]))
+    c.data.max_seq_length = 12
+    c.optimizer.learning_rate = 0.1  # only the head and the mix train, over small mean-pooled vectors
+    c.mesh.shape = (1, 1)
+    result = finetune(c, tmp_path / "run")
+    losses = result["train_loss"]
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.1, losses
+    assert result["scores"]["accuracy"] > 80
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(result["params"]["encoder"]), elmo.trunk(saved))
+    assert not np.allclose(np.asarray(result["params"]["mix"]["weights"]), 0.0)  # the scalar mix learned
+    assert result["params"]["mix"]["weights"].shape == (3,)  # char CNN + 2 LSTM layers
+
+
+def test_elmo_features_are_the_bilm_layers(elmo_run):
+    from bertology import features
+    from bertology.train.checkpoint import load_params
+
+    texts = ["open the file", "the file is open and the value is returned"]
+    out = features.extract(elmo_run, texts, layers=(0,), max_seq_length=12)
+    params, run_config = load_params(elmo_run)
+    cfg = elmo.config(run_config["model"])
+    tok = load_tokenizer(run_config["data"]["vocab"])
+    ids = out["input_ids"]
+    assert ids[0, 0] == tok.cls_id and (out["tokens"][out["input_mask"] == 0] == 0).all()
+    # row 0: <S> open the file </S> read alone, as the biLM reads a sentence
+    names = ["<S>", *tok.convert_ids_to_tokens(ids[0, 1:4].tolist()), "</S>"]
+    chars = np.stack([words.word_char_ids(w, cfg.max_characters_per_token) for w in names])[None]
+    layers = elmo.Model(cfg).apply({"params": elmo.trunk(params)}, {"char_ids": jnp.asarray(chars),
+                                   "input_mask": jnp.ones((1, 5), jnp.int32)}, method="representations")
+    np.testing.assert_allclose(out["tokens"][0, :5], layers[0][0], atol=1e-5)
+    mixed = features.extract(elmo_run, texts, layers=(1, 2), max_seq_length=12)
+    np.testing.assert_allclose(mixed["tokens"][0, :5], (layers[1][0] + layers[2][0]) / 2, atol=1e-5)
+    mask = out["input_mask"][1].astype(bool)
+    np.testing.assert_allclose(mixed["sentence"][1], mixed["tokens"][1][mask].mean(0), atol=1e-5)

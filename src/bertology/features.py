@@ -7,7 +7,9 @@
 output, -1 the last layer; several are averaged) and a sentence vector: the mean over its real
 tokens, [CLS] and [SEP] included. Mean pooling is used rather than [CLS] because a pretrained
 [CLS] only ever learned NSP/SOP (or nothing, for RoBERTa/ELECTRA) and is a poor sentence summary
-without fine-tuning. The CLI takes one sentence per line and writes an .npz with `sentence`
+without fine-tuning. An ELMo checkpoint gives its biLM's layers (0: the char CNN's [x; x], then
+each LSTM layer's [forward; backward]) over the words of each sentence, read between `<S>` and
+`</S>` (`models/elmo.task_inputs` says how task text becomes words). The CLI takes one sentence per line and writes an .npz with `sentence`
 [n, H], `tokens` [n, max_seq_length, H] (zero at padding), `input_ids` and `input_mask`.
 """
 
@@ -36,7 +38,7 @@ def extract(
 
     from bertology import models
     from bertology.data.tokenizers import for_data
-    from bertology.models.transformer import Encoder
+    from bertology.models.transformer import Encoder, TransformerConfig
     from bertology.models.tasks import masked_mean
     from bertology.tasks.encode import encode_pair, stack
     from bertology.train.checkpoint import load_params
@@ -47,23 +49,32 @@ def extract(
         raise UserError(f"max_seq_length={max_seq_length} leaves no room for a token between [CLS] and [SEP]; use at least 3")
     params, config = load_params(checkpoint)
     cfg, encoder_params = models.pretrained_encoder(params, config["model"])
-    if max_seq_length > cfg.max_position_embeddings - cfg.position_offset:
+    family = models.family(config["model"]["family"])
+    transformer = isinstance(cfg, TransformerConfig)
+    if transformer and max_seq_length > cfg.max_position_embeddings - cfg.position_offset:
         raise UserError(f"max_seq_length={max_seq_length} exceeds the encoder's "
                         f"{cfg.max_position_embeddings - cfg.position_offset} positions; lower it")
-    n_layers = cfg.num_layers + 1
+    depth = cfg.num_layers if transformer else cfg.n_layers
+    n_layers = depth + 1
     if any(not -n_layers <= i < n_layers for i in layers):
-        raise UserError(f"layers {list(layers)} out of range for {cfg.num_layers} layers; use 0..{cfg.num_layers} or negative")
+        raise UserError(f"layers {list(layers)} out of range for {depth} layers; use 0..{depth} or negative")
     tokenizer = for_data(config["data"])
-    encoder = Encoder(cfg)
+
+    def all_layers(batch: dict[str, Any]) -> list[jax.Array]:
+        if transformer:
+            return Encoder(cfg).apply({"params": encoder_params}, batch)["layers"]
+        return family.Model(cfg).apply({"params": encoder_params}, batch, method="representations")
 
     @jax.jit
     def run(batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
-        out = encoder.apply({"params": encoder_params}, batch)
-        tokens = sum(out["layers"][i] for i in layers) / len(layers)
+        out = all_layers(batch)
+        tokens = sum(out[i] for i in layers) / len(layers)
         tokens = tokens * batch["input_mask"][..., None]
         return tokens, masked_mean(tokens, batch["input_mask"])
 
     arrays = stack([encode_pair(tokenizer, t, "", max_seq_length) for t in texts])
+    if not transformer:
+        arrays = family.task_inputs(cfg, tokenizer, arrays, "features")
     tokens, sentence = [], []
     for start in range(0, len(texts), batch_size):
         t, s = run({k: v[start:start + batch_size] for k, v in arrays.items()})

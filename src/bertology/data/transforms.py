@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 import ml_collections
 import numpy as np
 
-from bertology.data import masking, noising, packing, permutation, words
+from bertology.data import lanes, masking, noising, packing, permutation, words
 from bertology.data.embedded import DEFAULT_LEXICON
 from bertology.data.examples import create_full_sentence_instances, create_pair_instances
 from bertology.data.lexicon import LexiconMatcher
@@ -46,10 +46,16 @@ Document = Sequence[np.ndarray]
 class Transform:
     """One objective's rows. The stream calls `instances` once per pass with that pass's rng, then
     `corrupt` with a fresh rng: on the shuffled pass (reused for `copies` passes) or, when
-    `per_batch`, on every batch. Evaluation calls `corrupt` once on its fixed instances."""
+    `per_batch`, on every batch. Evaluation calls `corrupt` once on its fixed instances.
+
+    A `contiguous` transform (for a family that carries state across batches) instead has
+    `instances(documents, rng, lanes)` return the pass as [lanes, steps, length, ...] arrays cut
+    by `lanes.cut` from the documents as one stream, and is read by `lanes.LanesStream`, which
+    corrupts every batch."""
 
     per_batch: bool = False  # corrupt each batch afresh (dynamic masking) instead of each pass
     copies: int | None = None  # distinct passes before pass p repeats pass p % copies; None: never
+    contiguous: bool = False  # lanes of one token stream, row b of step t + 1 continuing row b of step t
 
     def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
         self.cfg = cfg
@@ -616,17 +622,21 @@ class UniLMRows(MaskedLM):
 
 @register("bilm")
 class BidirectionalLM(Transform):
-    """ELMo's rows (bilm-tf): every sentence as `<S> words </S>` (a word-level vocabulary,
-    `data/words.py`), cut into pieces of at most data.max_seq_length words overlapping by one
-    (`packing.causal_pieces`), packed several per row. The model resets its LSTM state at each piece.
+    """ELMo's lanes, as bilm-tf's `BidirectionalLMDataset` feeds its stateful training: every
+    sentence as `<S> words </S>` (a word-level vocabulary, `data/words.py`), the sentences of the
+    documents in order as one forward stream, and the same sentences each reversed
+    (`</S> ... <S>`) as the backward stream; both cut at the same places into lanes of
+    data.max_seq_length words (`lanes.cut`), which the model reads carrying its LSTM states from
+    segment to segment. As in bilm-tf, nothing separates documents but the sentence marks, and
+    every word predicts the next of its stream, across sentence and segment boundaries.
 
-    Keys: input_ids, input_mask, packing_ids, char_ids [rows, length, data.max_characters_per_token]
-    (bilm-tf's 262 ids, 0 on padding; added per batch, so a pass's rows stay small), targets /
-    target_weights (the next word of the piece) and backward_targets / backward_target_weights
-    (the previous word).
+    Keys [lanes, steps, length]: input_ids, targets / target_weights (the next word of the
+    forward stream), backward_input_ids, backward_targets / backward_target_weights (the next of
+    the backward stream: the previous word of the sentence); per batch `corrupt` adds char_ids
+    and backward_char_ids [rows, length, data.max_characters_per_token] (bilm-tf's 262 ids).
     """
 
-    per_batch = True  # char ids are looked up batch by batch
+    contiguous = True
 
     def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
         super().__init__(cfg, tokenizer)
@@ -638,18 +648,21 @@ class BidirectionalLM(Transform):
         self.bos_id, self.eos_id = tokens.index(words.BOS), tokens.index(words.EOS)
         self.chars = words.char_id_table(tokens, cfg.get("max_characters_per_token", 50))
 
-    def instances(self, documents: Sequence[Document], rng: np.random.Generator) -> Batch:
-        length = self.cfg.max_seq_length
-        sentences = [[np.concatenate([[self.bos_id], s])] for doc in documents for s in doc if len(s)]
-        rows = packing.pack(packing.causal_pieces(sentences, length, self.eos_id), length, self.tokenizer.pad_id)
-        del rows["positions"]
-        rows.update(next_token_targets(rows["input_ids"], rows["packing_ids"]))
-        backward = next_token_targets(rows["input_ids"][:, ::-1], rows["packing_ids"][:, ::-1])
-        rows.update({f"backward_{k}": np.ascontiguousarray(v[:, ::-1]) for k, v in backward.items()})
-        return rows
+    def instances(self, documents: Sequence[Document], rng: np.random.Generator, lanes_: int) -> Batch:
+        sentences = [np.concatenate([[self.bos_id], s, [self.eos_id]]).astype(np.int32)
+                     for doc in documents for s in doc if len(s)]
+        if not sentences:
+            raise UserError("the corpus holds no sentences; give it some text")
+        stream = {}
+        for prefix, ids in (("", np.concatenate(sentences)), ("backward_", np.concatenate([s[::-1] for s in sentences]))):
+            following = np.append(ids[1:], 0).astype(np.int32)
+            weights = np.append(np.ones(len(ids) - 1, np.float32), 0.0).astype(np.float32)
+            stream.update({f"{prefix}input_ids": ids, f"{prefix}targets": following, f"{prefix}target_weights": weights})
+        return lanes.cut(stream, lanes_, self.cfg.max_seq_length, rng)
 
     def corrupt(self, batch: Batch, rng: np.random.Generator) -> Batch:
-        return {**batch, "char_ids": self.chars[batch["input_ids"]].astype(np.int32)}
+        return {**batch, "char_ids": self.chars[batch["input_ids"]].astype(np.int32),
+                "backward_char_ids": self.chars[batch["backward_input_ids"]].astype(np.int32)}
 
 
 @register("xlnet")

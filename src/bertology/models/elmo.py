@@ -8,14 +8,24 @@ to another size. A forward and a backward stack of LSTMs with projections (TF's 
 each layer after the first adding its input back (residual). Both directions share the character
 encoder and the softmax over the word vocabulary, as in the reference.
 
-Sequences are scanned over time with `jax.lax.scan`. Rows may hold several `<S> ... </S>` pieces
-(`packing_ids`): the state resets to zero where a piece starts, so every piece is read as if
-alone; the backward stack reads the row reversed. (Carrying the state between batches, as the
-reference trains, is not done here.)
+Sequences are scanned over time with `jax.lax.scan`. Two ways of reading a batch:
+- Stateless (features, fine-tuning): rows may hold several `<S> ... </S>` pieces (`packing_ids`,
+  else `input_mask`): the state resets to zero where a piece starts, so every piece is read as if
+  alone; the backward stack reads the row reversed.
+- Stateful (pretraining, as bilm-tf's `train_elmo.py` trains): the batch is one segment of each
+  of the lanes of the contiguous `bilm` data (`data/lanes.py`) and holds `carry`, the LSTM states
+  the previous segment ended with; the stacks start from it, never reset inside the segment, and
+  return their final states as `carry`, which the train step hands to the next segment
+  (backpropagation truncated at the segment boundary). What is carried is what bilm-tf carries
+  (its `init_lstm_state` / `final_lstm_state`): the cell state c and the projected output h of
+  every LSTM layer of the forward and of the backward stack, nothing of the char CNN. As in
+  bilm-tf the backward stack then reads its own stream, `backward_char_ids`: the same sentences
+  each reversed (`</S> ... <S>`), left to right, so its state too is carried forward in time.
 
 Outputs: `forward_logits` (at position t, over the word at t + 1) and `backward_logits` (over the
-word at t - 1), and `layers`: the character encoder's output duplicated, then each LSTM layer's
-[forward; backward] outputs, which ELMo's scalar mix combines.
+word at t - 1; stateful: over the next word of the backward stream), and, stateless, `layers`: the
+character encoder's output duplicated, then each LSTM layer's [forward; backward] outputs, which
+ELMo's scalar mix combines.
 """
 
 from __future__ import annotations
@@ -27,7 +37,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
+from bertology.data import words
 from bertology.data.words import N_CHARACTERS
 from bertology.errors import UserError
 from bertology.models import encoder_config, flops
@@ -96,12 +108,13 @@ def lstmp_step(params: dict[str, Array], state: tuple[Array, Array], x_proj: Arr
     return c, h
 
 
-def lstmp_scan(params: dict[str, Array], x: Array, starts: Array, cell_clip: float, proj_clip: float) -> Array:
-    """The layer over [batch, length, in] inputs, state zeroed where `starts` [batch, length] is
-    true; the input projection runs for all steps at once, only the recurrence is scanned."""
+def lstmp_scan(params: dict[str, Array], x: Array, starts: Array, cell_clip: float, proj_clip: float,
+               init: tuple[Array, Array]) -> tuple[Array, tuple[Array, Array]]:
+    """The layer over [batch, length, in] inputs from the state `init` (c, h), state zeroed where
+    `starts` [batch, length] is true: (outputs [batch, length, proj], the final (c, h)). The input
+    projection runs for all steps at once, only the recurrence is scanned."""
     n_in = x.shape[-1]
     x_proj = x @ params["kernel"][:n_in] + params["bias"]
-    batch, dim, proj = x.shape[0], params["projection"].shape[0], params["projection"].shape[1]
 
     def step(state, inputs):
         xp, start = inputs
@@ -109,9 +122,8 @@ def lstmp_scan(params: dict[str, Array], x: Array, starts: Array, cell_clip: flo
         c, h = lstmp_step(params, (state[0] * keep, state[1] * keep), xp, cell_clip, proj_clip)
         return (c, h), h
 
-    init = (jnp.zeros((batch, dim), x.dtype), jnp.zeros((batch, proj), x.dtype))
-    _, hs = jax.lax.scan(step, init, (jnp.swapaxes(x_proj, 0, 1), jnp.swapaxes(starts, 0, 1)))
-    return jnp.swapaxes(hs, 0, 1)
+    final, hs = jax.lax.scan(step, init, (jnp.swapaxes(x_proj, 0, 1), jnp.swapaxes(starts, 0, 1)))
+    return jnp.swapaxes(hs, 0, 1), final
 
 
 def _uniform(limit: float):
@@ -135,7 +147,7 @@ class CharCNN(nn.Module):
         cfg = self.cfg
         # Row k of the table is character id k + 1 (the file's 261 rows); id 0 (no word) reads zeros.
         table = self.param("char_embed", _uniform(1.0), (cfg.n_characters - 1, cfg.char_embedding_dim))
-        x = jnp.where((char_ids > 0)[..., None], table[jnp.maximum(char_ids - 1, 0)], 0.0)
+        x = jnp.where((char_ids > 0)[..., None], jnp.take(table, jnp.maximum(char_ids - 1, 0), axis=0), 0.0)
         act = ACTIVATIONS[cfg.activation]
         pooled = []
         for i, (width, num) in enumerate(cfg.filters):
@@ -161,15 +173,29 @@ class CharCNN(nn.Module):
         return h
 
 
+def initial_carry(model_config: Any, batch_size: int) -> dict[str, dict[str, np.ndarray]]:
+    """Zero LSTM states for `batch_size` lanes: {forward, backward: {c [B, layers, lstm_dim],
+    h [B, layers, projection_dim]}} (the carry contract: leading axis the batch row)."""
+    cfg = config(model_config)
+    state = lambda: {"c": np.zeros((batch_size, cfg.n_layers, cfg.lstm_dim), np.float32),  # noqa: E731
+                     "h": np.zeros((batch_size, cfg.n_layers, cfg.projection_dim), np.float32)}
+    return {"forward": state(), "backward": state()}
+
+
 class LSTMStack(nn.Module):
-    """One direction's LSTMP layers, residual after the first; returns every layer's output."""
+    """One direction's LSTMP layers, residual after the first, from the states `state`
+    ({c, h} [batch, layers, ...]; None: zeros): (every layer's output, the final states)."""
 
     cfg: ElmoConfig
 
     @nn.compact
-    def __call__(self, x: Array, starts: Array, deterministic: bool) -> list[Array]:
+    def __call__(self, x: Array, starts: Array, deterministic: bool,
+                 state: dict[str, Array] | None = None) -> tuple[list[Array], dict[str, Array]]:
         cfg = self.cfg
-        outputs = []
+        if state is None:
+            state = {"c": jnp.zeros((x.shape[0], cfg.n_layers, cfg.lstm_dim), x.dtype),
+                     "h": jnp.zeros((x.shape[0], cfg.n_layers, cfg.projection_dim), x.dtype)}
+        outputs, finals = [], []
         for k in range(cfg.n_layers):
             n_in = x.shape[-1]
             params = {
@@ -178,15 +204,18 @@ class LSTMStack(nn.Module):
                 "projection": self.param(f"layer_{k}_projection", nn.initializers.glorot_uniform(), (cfg.lstm_dim, cfg.projection_dim)),
             }
             inputs = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
-            h = lstmp_scan(params, inputs, starts, cfg.cell_clip, cfg.proj_clip)
+            h, final = lstmp_scan(params, inputs, starts, cfg.cell_clip, cfg.proj_clip,
+                                  (state["c"][:, k], state["h"][:, k]))
             x = h + x if cfg.use_skip_connections and k > 0 else h
             outputs.append(x)
-        return outputs
+            finals.append(final)
+        return outputs, {"c": jnp.stack([c for c, _ in finals], 1), "h": jnp.stack([h for _, h in finals], 1)}
 
 
 class Model(nn.Module):
     """The biLM over a batch with `char_ids` [batch, length, chars] and `packing_ids` (or
-    `input_mask`) [batch, length]; see the module docstring for the outputs."""
+    `input_mask`) [batch, length], or, stateful, `char_ids`, `backward_char_ids` and `carry`;
+    see the module docstring for the outputs."""
 
     cfg: ElmoConfig
 
@@ -202,23 +231,55 @@ class Model(nn.Module):
         """[x; x] from the char CNN, then [forward; backward] of each LSTM layer ([batch, length, 2P])."""
         return self._run(batch, deterministic)[2]
 
-    def _run(self, batch: dict[str, Array], deterministic: bool) -> tuple[Array, Array, list[Array]]:
+    def _run(self, batch: dict[str, Array], deterministic: bool) -> tuple[Array, Array, list[Array], Any]:
+        """(last forward layer, last backward layer, the mixable layers or None, the final carry or None)."""
+        x = self.char_cnn(batch["char_ids"])
+        carry = batch.get("carry")
+        if carry is not None:  # one segment of each lane: no resets, states from and to the carry
+            no_starts = jnp.zeros(x.shape[:2], bool)
+            fwd, fwd_state = self.forward_lstm(x, no_starts, deterministic, carry["forward"])
+            bwd, bwd_state = self.backward_lstm(self.char_cnn(batch["backward_char_ids"]), no_starts, deterministic,
+                                                carry["backward"])
+            return fwd[-1], bwd[-1], None, {"forward": fwd_state, "backward": bwd_state}
         pieces = batch.get("packing_ids", batch.get("input_mask"))
         if pieces is None:
             pieces = (batch["char_ids"][..., 0] > 0).astype(jnp.int32)
-        x = self.char_cnn(batch["char_ids"])
-        fwd = self.forward_lstm(x, piece_starts(pieces), deterministic)
+        fwd, _ = self.forward_lstm(x, piece_starts(pieces), deterministic)
         flipped = jnp.flip(pieces, axis=1)
-        bwd = [jnp.flip(h, axis=1) for h in self.backward_lstm(jnp.flip(x, axis=1), piece_starts(flipped), deterministic)]
+        bwd, _ = self.backward_lstm(jnp.flip(x, axis=1), piece_starts(flipped), deterministic)
+        bwd = [jnp.flip(h, axis=1) for h in bwd]
         layers = [jnp.concatenate([x, x], axis=-1)] + [jnp.concatenate(pair, axis=-1) for pair in zip(fwd, bwd)]
-        return fwd[-1], bwd[-1], layers
+        return fwd[-1], bwd[-1], layers, None
 
-    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True, decode: bool = False) -> dict[str, Array]:
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True, decode: bool = False) -> dict[str, Any]:
+        """{forward_logits, backward_logits} and, stateless, `layers`; stateful, `carry`."""
         if decode:
             raise UserError("ELMo has no incremental decoding; call it on whole sequences")
-        fwd, bwd, layers = self._run(batch, deterministic)
+        fwd, bwd, layers, carry = self._run(batch, deterministic)
         logits = [self.softmax(self.dropout(h, deterministic=deterministic)).astype(jnp.float32) for h in (fwd, bwd)]
-        return {"forward_logits": logits[0], "backward_logits": logits[1], "layers": layers}
+        out = {"forward_logits": logits[0], "backward_logits": logits[1]}
+        return {**out, "layers": layers} if carry is None else {**out, "carry": carry}
+
+
+def task_inputs(cfg: ElmoConfig, tokenizer: Any, arrays: dict[str, np.ndarray], mode: str) -> dict[str, np.ndarray]:
+    """Fine-tuning or feature rows with the `char_ids` the biLM reads (`bertology.finetune`,
+    `bertology.features`).
+
+    ELMo reads words, and its checkpoint's vocabulary is a word vocabulary (`data/words.py`): the
+    shared tokenizer splits task text into words (BERT's basic punctuation split) and gives each
+    word one id, so a task position *is* a word and no subword ever reaches the biLM; a word the
+    vocabulary lacks becomes `[UNK]`, whose characters the CNN then reads (the word's own spelling
+    is not kept: a limit of reading task text through the word vocabulary). `[CLS]` and `[SEP]`
+    are read as the sentence marks `<S>` and `</S>` the biLM was trained with; padding reads no
+    characters. The biLM is used frozen, as Peters et al. use it: only `mode=features` (its
+    layers through the learned scalar mix) is accepted.
+    """
+    if mode != "features":
+        raise UserError(f"an ELMo checkpoint fine-tunes frozen, through its scalar mix; use mode=features, not {mode!r}")
+    marks = {"[CLS]": words.BOS, "[SEP]": words.EOS}
+    tokens = [marks.get(t, t) for t in tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))]
+    table = words.char_id_table(tokens, cfg.max_characters_per_token)
+    return {**arrays, "char_ids": table[arrays["input_ids"]].astype(np.int32)}
 
 
 def trunk(params: dict) -> dict:
@@ -227,7 +288,8 @@ def trunk(params: dict) -> dict:
 
 
 def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
-    """Char CNN, highways, projection, both LSTM stacks and both softmaxes, per word (nominal the same)."""
+    """Char CNN, highways and projection (twice: each direction reads its own stream), both LSTM
+    stacks and both softmaxes, per word (nominal the same)."""
     cfg = encoder_config(config.model)
     chars, e, f, p, d = cfg.max_characters_per_token, cfg.char_embedding_dim, cfg.n_filters, cfg.projection_dim, cfg.lstm_dim
     cnn = sum(2 * w * e * n * (chars - w + 1) for w, n in cfg.filters)
@@ -236,4 +298,4 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     lstm = cfg.n_layers * (2 * (p + p) * 4 * d + 2 * d * p)
     if not cfg.use_projection:
         lstm += 2 * (f - p) * 4 * d  # the first layer's wider input
-    return flops.TRAIN * (cnn + highway + projection + 2 * lstm + 2 * 2 * p * cfg.vocab_size)
+    return flops.TRAIN * (2 * (cnn + highway + projection) + 2 * lstm + 2 * 2 * p * cfg.vocab_size)

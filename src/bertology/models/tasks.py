@@ -10,14 +10,23 @@ optimizer then trains only adapters, LayerNorms and the head); `features` freeze
 feeds the head an ELMo-style learned scalar mix of all its layers (Peters et al. 2018). A frozen
 encoder's first token was trained for NSP at best, so in that mode sequence-level heads read the
 mix averaged over real tokens instead.
+
+The trunk may also be ELMo's biLM (an `ElmoConfig`, `models/elmo.py`), in `features` mode only:
+its layers (the char CNN's [x; x], then each LSTM layer's [forward; backward]) go through the
+same scalar mix, and the heads are BERT-initialised layers over the mix. Its rows carry
+`char_ids` (`elmo.task_inputs`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bertology.errors import UserError
+from bertology.models import elmo
 from bertology.models.transformer import Encoder, TransformerConfig, dense, ones, zeros
 
 Array = jax.Array
@@ -48,22 +57,28 @@ class TaskModel(nn.Module):
     regression: [batch]) or, for QA, {"start_logits", "end_logits"} ([batch, length]).
     """
 
-    cfg: TransformerConfig
+    cfg: Any  # TransformerConfig, or elmo.ElmoConfig (features mode)
     kind: str
     num_labels: int
     mode: str = "full"
 
     @nn.compact
     def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
-        cfg = self.cfg
-        ids, mask, segments = batch["input_ids"], batch["input_mask"], batch.get("segment_ids")
-        choices = ids.shape[1] if self.kind == "choice" else None
-        if choices:  # [batch, choices, length] -> [batch·choices, length]
-            ids, mask = ids.reshape(-1, ids.shape[-1]), mask.reshape(-1, mask.shape[-1])
-            segments = None if segments is None else segments.reshape(-1, segments.shape[-1])
+        biLM = isinstance(self.cfg, elmo.ElmoConfig)
         frozen = self.mode == "features"
-        inputs = {"input_ids": ids, "input_mask": mask, **({} if segments is None else {"segment_ids": segments})}
-        out = Encoder(cfg, name="encoder")(inputs, deterministic=deterministic or frozen)
+        if biLM and not frozen:
+            raise UserError(f"an ELMo trunk is used frozen; use mode=features, not {self.mode!r}")
+        # The heads' layers: ELMo has no Transformer config, so they take BERT's initialisation.
+        cfg = TransformerConfig(vocab_size=self.cfg.vocab_size, dropout_rate=self.cfg.dropout_rate) if biLM else self.cfg
+        inputs = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids", "char_ids") if k in batch}
+        choices = inputs["input_ids"].shape[1] if self.kind == "choice" else None
+        if choices:  # [batch, choices, length, ...] -> [batch·choices, length, ...]
+            inputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in inputs.items()}
+        mask = inputs["input_mask"]
+        if biLM:
+            out = {"layers": elmo.Model(self.cfg, name="encoder").representations(inputs)}
+        else:
+            out = Encoder(cfg, name="encoder")(inputs, deterministic=deterministic or frozen)
         if frozen:
             sequence = ScalarMix(name="mix")([jax.lax.stop_gradient(x) for x in out["layers"]])
             pooled = masked_mean(sequence, mask)

@@ -2,8 +2,10 @@
 softmax over the word vocabulary, averaged as bilm-tf's training loss is (0.5 · (forward +
 backward)).
 
-The data (`data.objective=bilm`) gives `targets`/`target_weights` (the next word in the same
-piece) and `backward_targets`/`backward_target_weights` (the previous word). Perplexity is derived
+The data (`data.objective=bilm`) gives `targets`/`target_weights` (the next word of the stream)
+and `backward_targets`/`backward_target_weights` (the next word of the backward stream: the
+previous word of the sentence). The data is contiguous lanes, so the batch holds the LSTM states of the segment before (`carry`) and the
+loss hands the final ones on (`Terms.carry`, `models/elmo.py`). Perplexity is derived
 after aggregation from that averaged loss, as the reference reports it; each direction's own
 perplexity is logged too.
 """
@@ -31,4 +33,4 @@ def loss(params: Any, batch: dict[str, jax.Array], rng: jax.Array | None, model:
     means = {**mlm_means(out["forward_logits"], batch["targets"], batch["target_weights"], name="forward"),
              **mlm_means(out["backward_logits"], batch["backward_targets"], batch["backward_target_weights"],
                          name="backward")}
-    return Terms(loss={"forward_loss": 0.5, "backward_loss": 0.5}, means=means)
+    return Terms(loss={"forward_loss": 0.5, "backward_loss": 0.5}, means=means, carry=out.get("carry"))

@@ -39,7 +39,7 @@ from bertology.train import sharding
 from bertology.train.checkpoint import load_params
 from bertology.train.metrics import log
 
-MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
+MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "char_ids")  # char_ids: an ELMo trunk's
 
 
 def default_config(task: str) -> ml_collections.ConfigDict:
@@ -120,8 +120,9 @@ def trainable_mask(params: Any, mode: str) -> Any:
     return jax.tree_util.tree_map_with_path(trains, params)
 
 
-def _encoder(config: ml_collections.ConfigDict) -> tuple[models.TransformerConfig, Any, Any, str]:
-    """(encoder config, pretrained encoder params or None, tokenizer, vocab path).
+def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, Any]:
+    """(trunk config, pretrained trunk params or None, tokenizer, vocab path, the trunk family's
+    `task_inputs` hook or None: a trunk that is not a Transformer (ELMo) adds its own inputs).
 
     With init_checkpoint the vocabulary is `data.vocab` if set, else the checkpoint's own; either
     way its size must be the checkpoint's embedding rows, or every id would look up another
@@ -136,9 +137,10 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[models.TransformerConfi
             raise UserError(f"{source} {vocab} has {tokenizer.vocab_size} tokens but init_checkpoint "
                             f"{config.init_checkpoint} embeds {cfg.vocab_size}; set data.vocab to the vocabulary it "
                             "was trained with")
-        return cfg, encoder, tokenizer, vocab
+        return cfg, encoder, tokenizer, vocab, getattr(models.family(pre["model"]["family"]), "task_inputs", None)
     vocab, tokenizer = run_lib.resolve_vocab(config)
-    return models.encoder_config(config.model), None, tokenizer, str(vocab)
+    return (models.encoder_config(config.model), None, tokenizer, str(vocab),
+            getattr(models.family(config.model.family), "task_inputs", None))
 
 
 class ShuffledRows:
@@ -187,11 +189,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     if config.mode not in MODES:
         raise UserError(f"mode={config.mode!r} is unknown; use one of {MODES}")
     validation.check(config)
-    cfg, pretrained, tokenizer, vocab = _encoder(config)
+    cfg, pretrained, tokenizer, vocab, task_inputs = _encoder(config)
     config.data.vocab = vocab
-    if config.mode == "adapters":
+    if task_inputs is None and config.mode == "adapters":
         cfg = dataclasses.replace(cfg, adapter_size=config.adapter_size)
-    if config.data.max_seq_length > cfg.max_position_embeddings - cfg.position_offset:
+    if task_inputs is None and config.data.max_seq_length > cfg.max_position_embeddings - cfg.position_offset:
         raise UserError(f"data.max_seq_length={config.data.max_seq_length} exceeds the encoder's "
                         f"{cfg.max_position_embeddings - cfg.position_offset} positions; lower it")
 
@@ -199,7 +201,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     if not splits.get("train"):
         raise UserError(f"task {task.name} has no training examples; check its files under data.dir")
     feats = {s: featurize(task, splits[s], tokenizer, config.data) for s in splits}
-    if cfg.type_vocab_size == 1:  # RoBERTa has one segment embedding: pairs are told apart by [SEP] alone
+    if task_inputs is not None:  # ELMo: word rows read through their characters (`elmo.task_inputs`)
+        for f in feats.values():
+            f.arrays.update(task_inputs(cfg, tokenizer, f.arrays, config.mode))
+    elif cfg.type_vocab_size == 1:  # RoBERTa has one segment embedding: pairs are told apart by [SEP] alone
         for f in feats.values():
             f.arrays["segment_ids"] = np.zeros_like(f.arrays["segment_ids"])
     train_arrays = feats["train"].arrays

@@ -12,21 +12,24 @@ the student takes the teacher's vocab unless set, and a family that defines
 from __future__ import annotations
 
 import pathlib
+from types import ModuleType
 from typing import Any, Callable
 
 import jax
 import ml_collections
+import numpy as np
 from etils import epath
 
 from bertology import models, objectives
 from bertology.data import corpus as corpus_lib
-from bertology.data import pipeline
+from bertology.data import lanes, pipeline, transforms
 from bertology.data.embedded import embedded_corpus_path
 from bertology.errors import UserError
 from bertology.train import optimizer as optimizer_lib
 from bertology.train import run as run_lib
 from bertology.train import teacher as teacher_lib
 from bertology.train.checkpoint import check_shapes, load_params
+from bertology.train.step import CARRY_RESET
 from bertology.train.metrics import log
 
 
@@ -70,22 +73,10 @@ def adopt_teacher(config: ml_collections.ConfigDict) -> teacher_lib.Teacher | No
     return teacher
 
 
-def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, Any]:
-    """Pretrain per `config` in `workdir` (a local path or gs://...), resuming from its latest
-    checkpoint. Returns {history, state, step, preempted}."""
-    workdir = epath.Path(workdir)
-    config = ml_collections.ConfigDict(config.to_dict())  # our own copy: vocab_size may be filled in
-    start = adopt_init_checkpoint(config)
-    teacher = adopt_teacher(config)
-    vocab_path, tokenizer = run_lib.resolve_vocab(config)
-    teacher_vocab = None if teacher is None else models.encoder_config(teacher.config["model"]).vocab_size
-    if teacher is not None and teacher_vocab != config.model.vocab_size:
-        raise UserError(f"teacher_checkpoint {config.teacher_checkpoint} has a {teacher_vocab}-token "
-                        f"vocabulary but the student's has {config.model.vocab_size}; unset data.vocab to use the "
-                        "teacher's")
-    config.data.vocab = str(vocab_path)
-    corpus = config.data.corpus or embedded_corpus_path()
-    docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log)
+def shuffled_data(config: ml_collections.ConfigDict, tokenizer: Any,
+                  docs: dict[str, Any]) -> tuple[pipeline.PretrainingStream, list[dict[str, np.ndarray]]]:
+    """Every transform but a contiguous one: the stream of shuffled rows and fixed held-out
+    batches (this process's rows)."""
     stream = pipeline.PretrainingStream(
         docs["train"],
         tokenizer,
@@ -103,10 +94,47 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
             num_batches=config.eval_batches, seed=config.seed,
         )
     ]
+    return stream, evals
+
+
+def contiguous_data(config: ml_collections.ConfigDict, transform: transforms.Transform, docs: dict[str, Any],
+                    family: ModuleType) -> tuple[lanes.LanesStream, list[dict[str, np.ndarray]], Any]:
+    """A contiguous transform's lanes (`bertology.data.lanes`): the stream, held-out lanes (this
+    process's rows, in order), and the family's initial carry (None if it carries nothing, so
+    a stateless family reads lanes as plain rows)."""
+    stream = lanes.LanesStream(transform, docs["train"], batch_size=config.batch_size, seed=config.seed,
+                               process_index=jax.process_index(), process_count=jax.process_count())
+    evals = [{k: v[stream.rows] for k, v in b.items()}
+             for b in lanes.eval_batches(transform, docs["validation"], batch_size=config.batch_size,
+                                         num_batches=config.eval_batches, seed=config.seed)]
+    initial = getattr(family, "initial_carry", None)
+    return stream, evals, None if initial is None else initial(config.model, config.batch_size)
+
+
+def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, Any]:
+    """Pretrain per `config` in `workdir` (a local path or gs://...), resuming from its latest
+    checkpoint. Returns {history, state, step, preempted}."""
+    workdir = epath.Path(workdir)
+    config = ml_collections.ConfigDict(config.to_dict())  # our own copy: vocab_size may be filled in
+    start = adopt_init_checkpoint(config)
+    teacher = adopt_teacher(config)
+    vocab_path, tokenizer = run_lib.resolve_vocab(config)
+    teacher_vocab = None if teacher is None else models.encoder_config(teacher.config["model"]).vocab_size
+    if teacher is not None and teacher_vocab != config.model.vocab_size:
+        raise UserError(f"teacher_checkpoint {config.teacher_checkpoint} has a {teacher_vocab}-token "
+                        f"vocabulary but the student's has {config.model.vocab_size}; unset data.vocab to use the "
+                        "teacher's")
+    config.data.vocab = str(vocab_path)
+    corpus = config.data.corpus or embedded_corpus_path()
+    docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log)
+    family = models.family(config.model.family)
+    transform = transforms.make(config.data, tokenizer)
+    if transform.contiguous:
+        stream, evals, carry = contiguous_data(config, transform, docs, family)
+    else:
+        (stream, evals), carry = shuffled_data(config, tokenizer, docs), None
     first = next(stream)
     stream.set_state({"pass": 0, "offset": 0, "step": 0})
-
-    family = models.family(config.model.family)
 
     def start_params(fresh: Any) -> Any:
         """A new run's parameters: the init checkpoint's, else (a distillation student) the teacher's
@@ -124,10 +152,11 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
         config, workdir,
         model=models.build(config.model),
         objective=objectives.get(config.objective),
-        example={k: v[:1] for k, v in first.items()},
+        example={k: v[:1] for k, v in first.items() if k != CARRY_RESET},
         optimizer=lambda _: optimizer_lib.make(config.optimizer, config.total_steps),
         start_params=start_params if starts else None,
         teacher=teacher,
+        carry=carry,
     ) as run:
         log(f"pretraining {config.model.family} ({sum(x.size for x in jax.tree.leaves(run.state['params'])) / 1e6:.2f}M "
             f"params), batch {config.batch_size}x{config.data.max_seq_length}")

@@ -28,6 +28,11 @@ The config keys read here are the ones every run config has: `seed`, `mesh`, `ba
 `grad_accum_steps`, `log_every`, `eval_every`, `checkpoint_every`, `keep_checkpoints`, and, with
 the defaults below where a config lacks them, `max_nonfinite_steps` and `allow_config_change`.
 
+Carried state (`setup(carry=...)`, see `bertology.train.step`): `state["carry"]` starts from the
+given zeros, its rows placed over the data axes like the batch's rows, and is checkpointed and
+restored with the rest of the state, so a resumed run continues the same lanes with the same
+memory. Evaluation runs its batches in order from a zero carry, carrying it across them.
+
 A frozen teacher (`setup(teacher=...)`, see `bertology.train.teacher`) is placed beside the state,
 not in it: an extra, undonated argument of the jitted steps, so it is never updated, never
 differentiated and never checkpointed.
@@ -58,12 +63,12 @@ from bertology import validation
 from bertology.data.embedded import DEFAULT_VOCAB
 from bertology.data.tokenizers import for_data
 from bertology.errors import UserError
-from bertology.objectives import Objective
+from bertology.objectives import Objective, Terms
 from bertology.train import sharding
 from bertology.train.checkpoint import DIVERGENCE_HINT, Checkpointer, check_shapes
 from bertology.train.distributed import any_process
 from bertology.train.metrics import MetricsWriter, format_duration, is_remote, log
-from bertology.train.step import State, fresh_state, make_train_step, param_init
+from bertology.train.step import CARRY, State, with_carry, fresh_state, make_train_step, param_init
 from bertology.train.teacher import Teacher, WithTeacher
 
 # The train state's count of steps not applied because their loss or gradient was not finite.
@@ -293,13 +298,17 @@ def locked(workdir: epath.Path) -> Iterator[None]:
 def skip_nonfinite(step_fn: Callable) -> Callable:
     """Wrap a train step so that a step whose loss or gradient norm is NaN or inf leaves params
     and optimizer state as they were (the step counter still advances, as the data did) and adds
-    one to state[SKIPPED]. A select inside the jitted step: no host sync, so no cost per step."""
+    one to state[SKIPPED]. A select inside the jitted step: no host sync, so no cost per step.
+    A carry is zeroed by a skipped step: the old one belongs to the batch before, and the new one
+    may be what went non-finite, so the lanes start afresh as at a new pass."""
 
     def step(state: State, batch: dict[str, jax.Array], key: jax.Array) -> tuple[State, dict]:
         new, metrics = step_fn(state, batch, key)
         ok = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"])
         kept = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, state)
         kept = {**kept, "step": new["step"], SKIPPED: state[SKIPPED] + (~ok).astype(jnp.int32)}
+        if CARRY in new:
+            kept[CARRY] = jax.tree.map(lambda c: jnp.where(ok, c, jnp.zeros_like(c)), new[CARRY])
         return kept, {**metrics, SKIPPED: kept[SKIPPED]}
 
     return step
@@ -344,6 +353,7 @@ class Run:
     writer: MetricsWriter
     data_state: dict[str, Any] | None  # the data position of the checkpoint resumed from
     teacher_params: Any = None  # the frozen teacher's parameters as placed on the mesh (None: no teacher)
+    zero_carry: Any = None  # the carry evaluation starts from (None: the run carries nothing)
 
     @property
     def step(self) -> int:
@@ -354,10 +364,15 @@ class Run:
 
     def evaluator(self, batches: list[dict[str, np.ndarray]]) -> Callable[[Any], dict[str, float]]:
         """params -> the objective's metrics over `batches`: every mean's sums added over the
-        batches and divided once (so batches weigh by what they hold), then derived metrics."""
+        batches and divided once (so batches weigh by what they hold), then derived metrics.
+        A run that carries state evaluates the batches in order from a zero carry, each handing
+        its carry to the next (contiguous held-out lanes)."""
 
         def evaluate(params: Any) -> dict[str, float]:
-            terms = [jax.device_get(self.eval_step(params, self.shard(b))) for b in batches]
+            carry, terms = self.zero_carry, []
+            for b in batches:
+                t, carry = self.eval_step(params, self.shard(b), carry)
+                terms.append(jax.device_get(t))
             total = jax.tree.map(lambda *xs: np.sum(np.asarray(xs, np.float64), axis=0), *terms)
             return {k: float(v) for k, v in self.objective.metrics(total).items()}
 
@@ -454,6 +469,7 @@ def setup(
     optimizer: Callable[[Any], tuple[optax.GradientTransformation, optax.Schedule]],
     start_params: Callable[[Any], Any] | None = None,
     teacher: Teacher | None = None,
+    carry: Any = None,
 ) -> Iterator[Run]:
     """Set up a run of `model` trained on `objective` in `workdir`, with `sharding.activate` in
     force for its duration; checkpoints and metrics are flushed and closed on the way out.
@@ -464,18 +480,27 @@ def setup(
     fresh parameters (wholly, or e.g. only the encoder); its result is placed like them.
     `teacher`: a frozen network whose parameters are placed by the same rules and handed to
     the objective as `WithTeacher(model, teacher.model, params)` (`bertology.train.teacher`).
+    `carry`: the initial carried state (host arrays, leading axis the global batch row; the
+    family's `initial_carry`) of a recurrent family on contiguous data; None carries nothing.
     """
     validation.check(config)
     workdir = epath.Path(workdir)
     with locked(workdir), contextlib.ExitStack() as cleanup:
         mesh, rules = sharding.make_mesh(config.mesh), sharding.rules_for(config.mesh)
         key = jax.random.key(config.seed)
+        if carry is not None:
+            example = {**example, CARRY: jax.tree.map(lambda c: np.asarray(c)[:1], carry)}
         init_params = param_init(model, example)
         unboxed_init = lambda k: nn.meta.unbox(init_params(k))  # noqa: E731
         cleanup.enter_context(sharding.activate(mesh, rules))
         tx, lr = optimizer(jax.eval_shape(unboxed_init, key))
         boxed = jax.eval_shape(lambda k: initial_state(init_params(k), tx), key)
         shardings = sharding.logical_shardings(boxed, mesh, rules)
+        batch_sharding = sharding.batch_sharding(mesh, rules)
+        if carry is not None:  # rows over the data axes, like the batch's
+            carry = jax.tree.map(np.asarray, carry)
+            boxed = {**boxed, CARRY: jax.tree.map(lambda c: jax.ShapeDtypeStruct(c.shape, c.dtype), carry)}
+            shardings = {**shardings, CARRY: jax.tree.map(lambda _: batch_sharding, carry)}
         checkpointer = Checkpointer(workdir, config.keep_checkpoints)
         cleanup.callback(checkpointer.close)
         if checkpointer.manager.all_steps():
@@ -487,7 +512,10 @@ def setup(
             params = jax.jit(unboxed_init, out_shardings=shardings["params"])(key)
             if start_params is not None:
                 params = jax.device_put(start_params(params), shardings["params"])
-            state = jax.jit(lambda p: initial_state(p, tx), out_shardings=shardings)(params)
+            state = jax.jit(lambda p: initial_state(p, tx),
+                            out_shardings={k: v for k, v in shardings.items() if k != CARRY})(params)
+            if carry is not None:
+                state[CARRY] = jax.device_put(carry, shardings[CARRY])
         else:
             latest, state, data_state = resumed
             log(f"resumed from {checkpointer.directory / str(latest)} at step {latest}")
@@ -503,7 +531,6 @@ def setup(
             return WithTeacher(model, teacher.model, teacher_params[0]) if teacher_params else model
 
         replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        batch_sharding = sharding.batch_sharding(mesh, rules)
         jitted_train = jax.jit(
             lambda state, batch, k, *t: skip_nonfinite(
                 make_train_step(with_teacher(*t), objective, tx, lr, config.grad_accum_steps))(state, batch, k),
@@ -511,14 +538,24 @@ def setup(
             out_shardings=(shardings, replicated),
             donate_argnums=(0,),
         )
+        carry_shardings = shardings.get(CARRY)
+
+        def evaluation(params: Any, batch: dict[str, jax.Array], carry: Any, *t: Any) -> tuple[Terms, Any]:
+            """One held-out batch's sums, and the carry it hands to the next (None: no carry)."""
+            if carry is not None:
+                batch = with_carry(batch, carry)
+            terms = objective.terms(params, batch, None, with_teacher(*t))
+            return Terms(terms.loss, terms.means), None if carry is None else terms.carry
+
         jitted_eval = jax.jit(
-            lambda params, batch, *t: objective.terms(params, batch, None, with_teacher(*t)),
-            in_shardings=(shardings["params"], batch_sharding, *frozen_shardings),
-            out_shardings=replicated,
+            evaluation,
+            in_shardings=(shardings["params"], batch_sharding, carry_shardings, *frozen_shardings),
+            out_shardings=(replicated, carry_shardings),
         )
         writer = MetricsWriter(workdir, after_step=0 if resumed is None else resumed[0])
         cleanup.callback(writer.close)
         cleanup.callback(checkpointer.wait)
         yield Run(config, mesh, rules, key, objective, state, lambda s, b, k: jitted_train(s, b, k, *frozen),
-                  lambda p, b: jitted_eval(p, b, *frozen), checkpointer, writer, data_state,
-                  frozen[0] if frozen else None)
+                  lambda p, b, c: jitted_eval(p, b, c, *frozen), checkpointer, writer, data_state,
+                  frozen[0] if frozen else None,
+                  None if carry is None else jax.device_put(jax.tree.map(np.zeros_like, carry), carry_shardings))
