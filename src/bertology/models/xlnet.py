@@ -128,12 +128,13 @@ def trunk(params: dict) -> dict:
 
 
 def flops_per_token(config_: ml_collections.ConfigDict, nominal: bool = False) -> float:
-    """Both streams over [memory; segment] and the tied output at the predictions (`data.num_predict`)."""
+    """Both streams over [memory; segment] (the content stream's last layer only as keys and values)
+    and the tied output at the predictions (`data.num_predict`)."""
     cfg = config(config_.model)
     xl = recurrence(config_.model, EXTRA_KEYS)
     length, predictions = config_.data.max_seq_length, config_.data.num_predict
     head = flops.lm_head(cfg, transform=False) * predictions / length
     if nominal:
         return flops.TRAIN * (flops.stack(cfg, length, nominal=True) + head)
-    return flops.TRAIN * (flops.relative_stack(cfg, length, xl.mem_len, segment_term=True)
+    return flops.TRAIN * (flops.relative_stack(cfg, length, xl.mem_len, segment_term=True, last_queries=False)
                           + flops.query_stream(cfg, length, xl.mem_len, predictions) + head)
