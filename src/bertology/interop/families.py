@@ -34,7 +34,7 @@ class HFModel:
       names without it.
     - `keys`: (our model key, HF key) pairs holding the same number.
     - `activation`: the HF key naming it and HF name -> our `model.activation`; export writes the
-      first name for ours.
+      first name for ours. A key of None: the type has one activation, `{None: ours}` (Transformer-XL).
     - `fixed`: `model` entries this type implies: an import writes them, an export requires them
       (anything else computes differently). `imported`: entries an import writes that do not
       change what the model computes (initialisation, an unused pooler).
@@ -54,7 +54,7 @@ class HFModel:
     layout: tuple[names.Part, ...]
     prefix: str
     keys: tuple[tuple[str, str], ...]
-    activation: tuple[str, Mapping[str, str]]
+    activation: tuple[str | None, Mapping[str | None, str]]
     fixed: Mapping[str, Any]
     defaults: Mapping[str, Any]
     tokenizer: str
@@ -360,13 +360,13 @@ TRANSFO_XL = HFModel(
     keys=(("vocab_size", "vocab_size"), ("hidden_size", "d_model"), ("num_layers", "n_layer"), ("num_heads", "n_head"),
           ("intermediate_size", "d_inner"), ("dropout_rate", "dropout"), ("attention_dropout_rate", "dropatt"),
           ("layer_norm_eps", "layer_norm_epsilon")),
-    activation=("ff_activation", {"relu": "relu"}),  # not an HF key: Transformer-XL's MLP is always ReLU
+    activation=(None, {None: "relu"}),  # no HF key: Transformer-XL's MLP is always ReLU
     fixed={**RELATIVE, "scale_embeddings": True}, imported={"pooler": False},
     defaults=dict(
         vocab_size=267735, cutoffs=[20000, 40000, 200000], d_model=1024, d_embed=1024, d_head=64, d_inner=4096,
         div_val=4, pre_lnorm=False, n_layer=18, n_head=16, mem_len=1600, same_length=True, attn_type=0,
         clamp_len=1000, sample_softmax=-1, dropout=0.1, dropatt=0.0, untie_r=True, layer_norm_epsilon=1e-5,
-        tie_word_embeddings=True, ff_activation="relu"),
+        tie_word_embeddings=True),
     tokenizer="TransfoXLTokenizer",
     # a full softmax tied to the token table: no adaptive clusters, no projections
     required={"cutoffs": [], "div_val": 1, "pre_lnorm": False, "attn_type": 0, "sample_softmax": -1,
