@@ -7,8 +7,6 @@ from the distance a - j (no rel_shift), and the memory test compares two segment
 over their concatenation.
 """
 
-import dataclasses
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -19,7 +17,7 @@ import pytest
 from bertology import models
 from bertology.errors import UserError
 from bertology.models import relative
-from bertology.models.relative import Recurrence, RelativeAttention, rel_shift
+from bertology.models.relative import RelativeAttention, rel_shift
 from bertology.models.transformer import TransformerConfig
 from bertology.objectives import transfo_xl as txl_objective
 from bertology.objectives import xlnet as xlnet_objective
@@ -277,14 +275,8 @@ def test_flops_match_xla_count(family):
 
 def test_configs_build_and_refuse():
     """Every preset builds its model config; settings the families do not compute are refused."""
-    import importlib.util
-    import pathlib
-
-    root = pathlib.Path(__file__).parent.parent / "configs"
     for name, presets in (("transfo_xl", ("tiny", "base")), ("xlnet", ("tiny", "base", "large"))):
-        spec = importlib.util.spec_from_file_location(name, root / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = _load(name)
         for preset in presets:
             c = module.get_config(preset)
             block = dict(c.model, vocab_size=c.model.vocab_size or 8192)
@@ -302,6 +294,7 @@ def test_configs_build_and_refuse():
 
 
 def _load(name):
+    """The module of configs/<name>.py."""
     import importlib.util
     import pathlib
 
