@@ -88,13 +88,14 @@ def distances(qlen: int, klen: int, clamp_len: int) -> Array:
 
 def encodings(qlen: int, klen: int, dim: int, clamp_len: int, bi_data: bool = False,
               batch: int = 1) -> Array:
-    """R: [1, klen + qlen, dim], or with `bi_data` [batch, ...] whose rows from batch // 2 on (the
-    reversed copies; the data makes the batch even) encode the negated distances."""
+    """R: [1, klen + qlen, dim], or with `bi_data` [batch, ...] whose second half (the reversed
+    copies; the data makes the batch even) encodes the negated distances. A single row (one
+    example scored alone) is a forward one."""
     d = distances(qlen, klen, clamp_len)
     if not bi_data:
         return sinusoid(d, dim)[None]
     halves = jnp.stack([sinusoid(d, dim), sinusoid(-d, dim)])
-    return halves[(jnp.arange(batch) >= batch // 2).astype(jnp.int32)]
+    return halves[(jnp.arange(batch) >= (batch + 1) // 2).astype(jnp.int32)]
 
 
 def rel_shift(x: Array, klen: int) -> Array:
