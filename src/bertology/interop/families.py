@@ -34,7 +34,7 @@ class HFModel:
       names without it.
     - `keys`: (our model key, HF key) pairs holding the same number.
     - `activation`: the HF key naming it and HF name -> our `model.activation`; export writes the
-      first name for ours.
+      first name for ours. A key of None: the type has one activation, `{None: ours}` (Transformer-XL).
     - `fixed`: `model` entries this type implies: an import writes them, an export requires them
       (anything else computes differently). `imported`: entries an import writes that do not
       change what the model computes (initialisation, an unused pooler).
@@ -54,7 +54,7 @@ class HFModel:
     layout: tuple[names.Part, ...]
     prefix: str
     keys: tuple[tuple[str, str], ...]
-    activation: tuple[str, Mapping[str, str]]
+    activation: tuple[str | None, Mapping[str | None, str]]
     fixed: Mapping[str, Any]
     defaults: Mapping[str, Any]
     tokenizer: str
@@ -325,7 +325,80 @@ BART = HFModel(
           "model.decoder.embed_tokens.weight": "model.shared.weight", "lm_head.weight": "model.shared.weight"},
 )
 
-RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, DISTILBERT, GPT2, OPENAI_GPT, T5, MT5, BART)}
+
+@dataclasses.dataclass(frozen=True)
+class Recurrent:
+    """Transformer-XL's and XLNet's settings beyond the Transformer's: the memory and relative
+    attention keys (`keys`: (our model key, HF key, our default); HF's null means our default),
+    the head width `d_head`, and the feed-forward dropout, which HF applies at the rate of the
+    residual dropout. HF XLNet always has per-layer relative biases, so `untied` refuses to
+    export a run that shares them (`model.untie_r=False`)."""
+
+    keys: tuple[tuple[str, str, Any], ...]
+    untied: bool = False
+
+    def from_hf(self, hf: hf_config.BySource, block: hf_config.Block, where: dict[str, str]) -> None:
+        main = hf_config._main(hf)
+        block.update({ours: default if main.get(key) is None else main[key] for ours, key, default in self.keys})
+        block["head_size"] = None if main["d_head"] * block["num_heads"] == block["hidden_size"] else main["d_head"]
+        block["activation_dropout_rate"] = block["dropout_rate"]
+
+    def to_hf(self, block: hf_config.Block, cfg: TransformerConfig, hf: hf_config.HFConfig,
+              tokenizer: Any) -> None:
+        if self.untied and not block.get("untie_r", True):
+            raise UserError(f"{hf['model_type']} has relative biases per layer; export needs model.untie_r=True")
+        hf.update({key: block.get(ours, default) for ours, key, default in self.keys}, d_head=cfg.head_dim)
+
+
+RELATIVE = {**{k: v for k, v in CORE.items() if k not in ("positions", "scale_embeddings", "activation_dropout_rate")},
+            "positions": "none", "norm": "post", "type_vocab_size": 0, "embedding_norm": False}
+TRANSFO_XL = HFModel(
+    "transfo-xl", "transfo_xl", {"model": "TransfoXLLMHeadModel"}, prefix="transformer",
+    layout=(names.Part("model", "", "transformer", (names.TRANSFO_XL_EMBEDDINGS, names.TRANSFO_XL_SHARED_BIASES,
+                                                    names.TRANSFO_XL_LAYER), trunk=True),
+            names.Part("model", "", "", (names.TRANSFO_XL_HEAD,), trunk=True)),
+    keys=(("vocab_size", "vocab_size"), ("hidden_size", "d_model"), ("num_layers", "n_layer"), ("num_heads", "n_head"),
+          ("intermediate_size", "d_inner"), ("dropout_rate", "dropout"), ("attention_dropout_rate", "dropatt"),
+          ("layer_norm_eps", "layer_norm_epsilon")),
+    activation=(None, {None: "relu"}),  # no HF key: Transformer-XL's MLP is always ReLU
+    fixed={**RELATIVE, "scale_embeddings": True}, imported={"pooler": False},
+    defaults=dict(
+        vocab_size=267735, cutoffs=[20000, 40000, 200000], d_model=1024, d_embed=1024, d_head=64, d_inner=4096,
+        div_val=4, pre_lnorm=False, n_layer=18, n_head=16, mem_len=1600, same_length=True, attn_type=0,
+        clamp_len=1000, sample_softmax=-1, dropout=0.1, dropatt=0.0, untie_r=True, layer_norm_epsilon=1e-5,
+        tie_word_embeddings=True),
+    tokenizer="TransfoXLTokenizer",
+    # a full softmax tied to the token table: no adaptive clusters, no projections
+    required={"cutoffs": [], "div_val": 1, "pre_lnorm": False, "attn_type": 0, "sample_softmax": -1,
+              "tie_word_embeddings": True},
+    translations=(Recurrent((("mem_len", "mem_len", 0), ("clamp_len", "clamp_len", -1),
+                             ("same_length", "same_length", False), ("untie_r", "untie_r", True))),
+                  hf_config.SameValue("d_embed", "d_model", "hidden_size")),
+    tied={"crit.out_layers.0.weight": "transformer.word_emb.emb_layers.0.weight"},
+)
+XLNET = HFModel(
+    "xlnet", "xlnet", {"model": "XLNetLMHeadModel"}, prefix="transformer",
+    layout=(names.Part("model", "", "transformer", (names.XLNET_EMBEDDINGS, names.XLNET_LAYER), trunk=True),
+            names.Part("model", "", "", (names.XLNET_HEAD,), trunk=False)),
+    keys=(("vocab_size", "vocab_size"), ("hidden_size", "d_model"), ("num_layers", "n_layer"), ("num_heads", "n_head"),
+          ("intermediate_size", "d_inner"), ("dropout_rate", "dropout"), ("layer_norm_eps", "layer_norm_eps"),
+          ("initializer_range", "initializer_range")),
+    activation=("ff_activation", {**GELUS, "relu": "relu"}),
+    fixed={**RELATIVE, "scale_embeddings": False}, imported={"pooler": False},
+    defaults=dict(vocab_size=32000, d_model=1024, n_layer=24, n_head=16, d_head=64, ff_activation="gelu",
+                  d_inner=4096, untie_r=True, attn_type="bi", initializer_range=0.02, layer_norm_eps=1e-12,
+                  dropout=0.1, mem_len=512, reuse_len=None, bi_data=False, clamp_len=-1, same_length=False,
+                  tie_word_embeddings=True),
+    tokenizer="XLNetTokenizer", required={"attn_type": "bi", "tie_word_embeddings": True},
+    written={"pad_token_id": 5, "bos_token_id": 1, "eos_token_id": 2},
+    translations=(Recurrent((("mem_len", "mem_len", 0), ("reuse_len", "reuse_len", 0), ("clamp_len", "clamp_len", -1),
+                             ("bi_data", "bi_data", False)), untied=True),
+                  hf_config.OneDropout()),
+    tied={"lm_loss.weight": "transformer.word_embedding.weight"},
+)
+
+RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, DISTILBERT, GPT2, OPENAI_GPT, T5, MT5, BART,
+                                     TRANSFO_XL, XLNET)}
 
 
 def by_type(model_type: Any, where: str) -> HFModel:

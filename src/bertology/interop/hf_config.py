@@ -230,7 +230,7 @@ def _generator_fraction(block: Block, gen: HFConfig, where: str) -> float:
 
 def _check_reproducible(record: HFModel, hf: HFConfig, where: str) -> None:
     key, names = record.activation
-    if hf[key] not in names:
+    if key is not None and hf[key] not in names:
         raise UserError(f"{where}: {key}={hf[key]!r} is not reproduced (we have {', '.join(names)}); "
                         "the checkpoint cannot be imported without changing its outputs")
     for key, value in record.required.items():
@@ -253,7 +253,7 @@ def from_hf(record: HFModel, configs: BySource, where: dict[str, str]) -> Block:
     block: Block = {"family": record.family}
     block.update({ours: hf[first][key] for ours, key in record.keys})
     key, names = record.activation
-    block["activation"] = names[hf[first][key]]
+    block["activation"] = names[None if key is None else hf[first][key]]
     block.update(record.fixed)
     block.update(record.imported)
     for translation in record.translations:
@@ -267,7 +267,7 @@ def activation_name(record: HFModel, activation: str) -> str:
     for name, ours in names.items():
         if ours == activation:
             return name
-    raise UserError(f"{record.model_type} has no {key} computing model.activation={activation!r}; "
+    raise UserError(f"{record.model_type} has no {key or 'activation'} computing model.activation={activation!r}; "
                     f"it has {', '.join(sorted(set(names.values())))}")
 
 
@@ -278,11 +278,13 @@ def to_hf(record: HFModel, block: Block, source: str, cfg: TransformerConfig,
     hf: HFConfig = {
         "model_type": record.model_type,
         "architectures": [record.architectures[source]],
-        record.activation[0]: activation_name(record, cfg.activation),
         **record.required,
         **record.written,
         **{key: getattr(cfg, ours) for ours, key in record.keys},
     }
+    name = activation_name(record, cfg.activation)
+    if record.activation[0] is not None:
+        hf[record.activation[0]] = name
     for translation in record.translations:
         translation.to_hf(block, cfg, hf, tokenizer)
     return hf

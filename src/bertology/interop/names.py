@@ -24,8 +24,9 @@ matrix.
 | conv1d_from_heads  | [heads, head_dim, o] | [H, o]             | flatten in            |
 
 Fused tensors: a row may carry `(j, n)`, meaning the HF tensor concatenates n of our tensors
-along its last axis and this row is the j-th (GPT-2's `c_attn` holds query, key and value:
-[H, 3H] and [3H]). Import splits the HF tensor; export concatenates the n parts.
+along its output axis (the last, or the first of a transposed torch Linear weight) and this row
+is the j-th (GPT-2's `c_attn` holds query, key and value: [H, 3H] and [3H]; Transformer-XL's
+`qkv_net` Linear: [3H, H]). Import splits the HF tensor; export concatenates the n parts.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ KINDS = {
     "conv1d_to_heads": (("kernel", "weight", CONV1D), ("bias", "bias", FLAT)),
     "conv1d_from_heads": (("kernel", "weight", CONV1D_FROM_HEADS), ("bias", "bias", COPY)),
     "tensor": ((None, None, COPY),),
+    "kernel_tensor": (("kernel", None, COPY),),  # our Dense-style module, a bare HF tensor (XLNet's q)
+    "heads_to_linear": ((None, "weight", CONV1D),),  # our [H, heads, head_dim] tensor, a Linear [H, H] weight
     "row": ((None, None, ROW),),
 }
 
@@ -184,6 +187,50 @@ BART_CROSS_ATTENTION = (
 )
 BART_HEAD = (("final_logits_bias", "final_logits_bias", "row"),)
 
+# Transformer-XL (HF's deprecated TransfoXL with cutoffs=[], div_val=1): the attention's query,
+# key and value are one bias-free Linear `qkv_net`; `o_net` keeps our [H, heads, head_dim] flat.
+TRANSFO_XL_EMBEDDINGS = (("embeddings/token", "word_emb.emb_layers.0", "embedding"),)
+TRANSFO_XL_SHARED_BIASES = (  # untie_r=False: one pair for every layer
+    ("biases/r_w_bias", "r_w_bias", "tensor"),
+    ("biases/r_r_bias", "r_r_bias", "tensor"),
+)
+TRANSFO_XL_LAYER = (
+    ("attention_{i}/query", "layers.{i}.dec_attn.qkv_net", "to_heads", (0, 3)),
+    ("attention_{i}/key", "layers.{i}.dec_attn.qkv_net", "to_heads", (1, 3)),
+    ("attention_{i}/value", "layers.{i}.dec_attn.qkv_net", "to_heads", (2, 3)),
+    ("attention_{i}/position", "layers.{i}.dec_attn.r_net", "to_heads"),
+    ("attention_{i}/output", "layers.{i}.dec_attn.o_net", "heads_to_linear"),
+    ("attention_{i}/biases/r_w_bias", "layers.{i}.dec_attn.r_w_bias", "tensor"),
+    ("attention_{i}/biases/r_r_bias", "layers.{i}.dec_attn.r_r_bias", "tensor"),
+    ("attention_{i}/norm", "layers.{i}.dec_attn.layer_norm", "norm"),
+    ("ffn_{i}/intermediate", "layers.{i}.pos_ff.CoreNet.0", "dense"),
+    ("ffn_{i}/output", "layers.{i}.pos_ff.CoreNet.3", "dense"),
+    ("ffn_{i}/norm", "layers.{i}.pos_ff.layer_norm", "norm"),
+)
+TRANSFO_XL_HEAD = (("output_bias", "crit.out_layers.0.bias", "tensor"),)
+
+# XLNet: the attention's projections are bare [H, heads, head_dim] tensors, as ours.
+XLNET_EMBEDDINGS = (
+    ("embeddings/token", "word_embedding", "embedding"),
+    ("mask_emb", "mask_emb", "tensor"),
+)
+XLNET_LAYER = (
+    ("attention_{i}/query", "layer.{i}.rel_attn.q", "kernel_tensor"),
+    ("attention_{i}/key", "layer.{i}.rel_attn.k", "kernel_tensor"),
+    ("attention_{i}/value", "layer.{i}.rel_attn.v", "kernel_tensor"),
+    ("attention_{i}/position", "layer.{i}.rel_attn.r", "kernel_tensor"),
+    ("attention_{i}/output", "layer.{i}.rel_attn.o", "tensor"),
+    ("attention_{i}/biases/r_w_bias", "layer.{i}.rel_attn.r_w_bias", "tensor"),
+    ("attention_{i}/biases/r_r_bias", "layer.{i}.rel_attn.r_r_bias", "tensor"),
+    ("attention_{i}/biases/r_s_bias", "layer.{i}.rel_attn.r_s_bias", "tensor"),
+    ("attention_{i}/segment", "layer.{i}.rel_attn.seg_embed", "tensor"),
+    ("attention_{i}/norm", "layer.{i}.rel_attn.layer_norm", "norm"),
+    ("ffn_{i}/intermediate", "layer.{i}.ff.layer_1", "dense"),
+    ("ffn_{i}/output", "layer.{i}.ff.layer_2", "dense"),
+    ("ffn_{i}/norm", "layer.{i}.ff.layer_norm", "norm"),
+)
+XLNET_HEAD = (("lm_bias", "lm_loss.bias", "tensor"),)
+
 # Heads, relative to the model root on both sides.
 BERT_HEADS = (
     ("mlm/transform", "cls.predictions.transform.dense", "dense"),
@@ -259,13 +306,19 @@ class Tensor:
     def hf_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of the whole HF tensor when ours has `shape`."""
         matrix, transposed = _layout(self.rule, shape)
-        part = matrix[::-1] if transposed else matrix
-        return (*part[:-1], part[-1] * self.fused[1])
+        if transposed:
+            return (matrix[1] * self.fused[1], matrix[0])
+        return (*matrix[:-1], matrix[-1] * self.fused[1])
+
+    @property
+    def fused_axis(self) -> int:
+        """The HF axis along which fused parts are concatenated: the output axis."""
+        return 0 if self.rule in MATRIX and MATRIX[self.rule][1] else -1
 
     def to_ours(self, w: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         """Our tensor of `shape` from the whole HF tensor `w`."""
         index, count = self.fused
-        w = np.split(w, count, axis=-1)[index]
+        w = np.split(w, count, axis=self.fused_axis)[index]
         _, transposed = _layout(self.rule, shape)
         return np.ascontiguousarray((w.T if transposed else w).reshape(shape))
 
@@ -325,6 +378,7 @@ def export_state(rows: Iterable[Tensor], params: dict[tuple[str, ...], np.ndarra
                  shapes: dict[tuple[str, ...], tuple[int, ...]], where: str) -> dict[str, dict[str, np.ndarray]]:
     """HF state dicts by source from our flattened `params`, each checked against the config's
     `shapes`; fused parts are concatenated."""
+    rows = list(rows)
     parts: dict[str, dict[str, list]] = {}
     for row in rows:
         if row.ours not in params:
@@ -336,5 +390,6 @@ def export_state(rows: Iterable[Tensor], params: dict[tuple[str, ...], np.ndarra
                             f"{shapes[row.ours]}")
         slots = parts.setdefault(row.source, {}).setdefault(row.hf, [None] * row.fused[1])
         slots[row.fused[0]] = row.to_hf(x)
-    return {source: {name: np.concatenate(p, axis=-1) if len(p) > 1 else p[0] for name, p in state.items()}
+    axes = {row.hf: row.fused_axis for row in rows}
+    return {source: {name: np.concatenate(p, axis=axes[name]) if len(p) > 1 else p[0] for name, p in state.items()}
             for source, state in parts.items()}

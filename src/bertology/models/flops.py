@@ -73,3 +73,31 @@ def encoder_decoder(cfg: TransformerConfig, source_length: int, target_length: i
                    + target_length * (stack(cfg, target_length) + cfg.num_layers * cross_queries
                                       + lm_head(cfg, transform=False)))
     return TRAIN * per_example / source_length
+
+
+def relative_stack(cfg: TransformerConfig, length: int, memory: int, segment_term: bool = False,
+                   last_queries: bool = True) -> float:
+    """Forward FLOPs per input token of a relative-attention stack (Transformer-XL, XLNet's content
+    stream) over `length` tokens with `memory` slots per layer: keys and values over memory and
+    segment, the position projection of the klen + length relative encodings, and per query its
+    projection and output, the content scores (klen), the position scores before the shift
+    (klen + length), the context (klen), XLNet's segment term (2 per head width) and the MLP.
+    `last_queries=False`: nothing reads the last layer's content output (XLNet pretraining reads
+    the query stream, and the memory holds layer inputs), so its queries and MLP never run."""
+    h, i, a = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim
+    klen = memory + length
+    mlp = 2 * h * i + 2 * i * h
+    per_segment = 2 * 2 * h * a * klen + 2 * h * a * (klen + length)
+    per_query = 2 * 2 * h * a + mlp + 2 * a * (3 * klen + length) + (2 * 2 * a if segment_term else 0)
+    return cfg.num_layers * per_segment / length + (cfg.num_layers - (not last_queries)) * per_query
+
+
+def query_stream(cfg: TransformerConfig, length: int, memory: int, predictions: int) -> float:
+    """Forward FLOPs per input token that XLNet's query stream adds: its projection, output and MLP
+    at the `predictions` rows, placing them at their positions and back (two one-hot products),
+    and scores and context at every position (the stream attends in the segment's layout)."""
+    h, i, a = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim
+    klen = memory + length
+    per_prediction = 2 * 2 * h * a + 2 * h * i + 2 * i * h + 2 * 2 * length * a
+    per_position = 2 * a * (3 * klen + length) + 2 * 2 * a
+    return cfg.num_layers * (per_prediction * predictions / length + per_position)
