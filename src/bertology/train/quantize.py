@@ -57,8 +57,10 @@ def quantize(x: Array, scale: Array) -> Array:
 
 
 def fake_int(x: Array, scale: Array) -> Array:
-    """`quantize` with a straight-through gradient: forward the integers, backward d/dx (x·s)."""
-    return x * scale + jax.lax.stop_gradient(quantize(x, scale) - x * scale)
+    """`quantize` with a straight-through gradient: forward exactly the integers (so the int8
+    path computes the same products), backward d/dx (x·s)."""
+    scaled = x * scale
+    return jax.lax.stop_gradient(quantize(x, scale)) + (scaled - jax.lax.stop_gradient(scaled))
 
 
 @jax.custom_vjp
