@@ -151,3 +151,11 @@ def test_tiny_general_distillation_learns_and_keeps_the_teacher_frozen(tmp_path)
     assert jax.tree.all(jax.tree.map(np.array_equal, before, after))
     student, _ = load_params(tmp_path / "student")
     assert student["fit_dense"]["kernel"].shape == (64, 128)  # tiny teacher: width 128, student half of it
+
+
+def test_bad_stage_and_temperature_are_one_line_errors():
+    model = WithTeacher(_model("tinybert", 1, 8), _model("bert", 2, 8), None)
+    with pytest.raises(UserError, match="stage='task' is unknown"):
+        objectives.get({"name": "tinybert", "stage": "task"})(None, _batch(), None, model)
+    with pytest.raises(UserError, match="temperature 0.0 is not > 0"):
+        objectives.get({"name": "tinybert", "stage": "prediction", "temperature": 0.0})(None, _batch(), None, model)

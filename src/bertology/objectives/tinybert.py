@@ -107,6 +107,8 @@ def loss(params: Any, batch: dict[str, Array], rng: Array | None, model: WithTea
         raise UserError("objective 'tinybert' needs a teacher; set --config.teacher_checkpoint=DIR")
     if stage not in STAGES:
         raise UserError(f"objective tinybert: stage={stage!r} is unknown; use one of {STAGES}")
+    if temperature <= 0:
+        raise UserError(f"distillation temperature {temperature} is not > 0; set distill_temperature (TinyBERT: 1)")
     if stage == "general":
         return _general(params, batch, rng, model)
     return _prediction(params, batch, rng, model, temperature)
