@@ -351,6 +351,10 @@ class Attention(nn.Module):
     one new token per call: self-attention appends the new keys at the cache index; cross-attention
     computes the context's keys once and reuses them. Initialise the cache by calling the model
     with `decode=True` on inputs of the full length (flax's `init` with mutable `cache`).
+
+    Applied with the `intermediates` collection mutable, it also sows its pre-softmax scores
+    (`scores`, [batch, heads, queries, keys] float32, unmasked), which attention distillation
+    (TinyBERT) compares; without it they are never computed.
     """
 
     cfg: TransformerConfig
@@ -380,6 +384,8 @@ class Attention(nn.Module):
                 k, v, mask, start = self._append_to_cache(k, v, mask)
                 rows = start + jnp.arange(q.shape[1])[None, :]
         allowed, is_causal = mask.lower(rows)
+        if self.is_mutable_collection("intermediates"):  # asked for (TinyBERT): never computed otherwise
+            self.sow("intermediates", "scores", self._scores(q, k, bias))
         if deterministic or cfg.attention_dropout_rate == 0.0:
             ctx = jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype),
                                                mask=allowed, is_causal=is_causal,
@@ -387,16 +393,20 @@ class Attention(nn.Module):
         else:
             if is_causal:
                 allowed = allowed & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
-            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
-            if cfg.scale_attention:
-                scores = scores / jnp.sqrt(cfg.head_dim).astype(q.dtype)
-            scores = scores.astype(jnp.float32) + (0.0 if bias is None else bias.astype(jnp.float32))
+            scores = self._scores(q, k, bias)
             probs = jax.nn.softmax(jnp.where(allowed, scores, jnp.finfo(jnp.float32).min), axis=-1).astype(q.dtype)
             probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
             ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
         ctx = nn.with_logical_constraint(ctx, ("batch", "length", "heads", "kv"))
         out = HeadsDense(cfg, to_heads=False, scale=residual_scale(cfg), name="output")(ctx)
         return sublayer_output(cfg, x, out, norm, deterministic)
+
+    def _scores(self, q: Array, k: Array, bias: Array | None) -> Array:
+        """The pre-softmax scores [batch, heads, queries, keys] in float32, before any mask."""
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+        if self.cfg.scale_attention:
+            scores = scores / jnp.sqrt(self.cfg.head_dim).astype(q.dtype)
+        return scores.astype(jnp.float32) + (0.0 if bias is None else bias.astype(jnp.float32))
 
     def _cross_keys(self, key: nn.Module, value: nn.Module, context: Array, mask: Mask,
                     decode: bool) -> tuple[Array, Array, Mask]:

@@ -6,6 +6,15 @@ takes the trunk of any family's pretraining run. What is particular to fine-tuni
 epochs over a small labelled set (10% warmup, linear decay, optional layer-wise decay), a
 trainable mask per mode, prediction over padded evaluation batches, and the scores, results and
 submission files.
+
+Options that make a smaller model while fine-tuning (each a config key, all combinable):
+- `teacher_checkpoint`: a fine-tuning run on the same task whose predictions the student learns
+  (TinyBERT's prediction-layer distillation, soft cross-entropy at `distill_temperature`;
+  `bertology.objectives.tinybert`) instead of the labels;
+- `quantize="int8"`: Q8BERT's quantization-aware training (`bertology.train.quantize`); the run
+  also writes `int8_params.msgpack`, the int8 weights for int8 inference;
+- `prune.kind`: magnitude (Zhu & Gupta) or head (Michel et al.) pruning on a schedule over
+  `prune.begin_fraction`..`prune.end_fraction` of the steps (`bertology.train.prune`).
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import pathlib
 import time
 from typing import Any, Callable
 
+import flax.serialization
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -34,10 +44,13 @@ from bertology.models.transformer import EncoderDecoder
 from bertology.models.tasks import MODES, TaskModel
 from bertology.tasks.inputs import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
+from bertology.train import prune as prune_lib
+from bertology.train import quantize as quantize_lib
 from bertology.train import run as run_lib
 from bertology.train import sharding
 from bertology.train.checkpoint import load_params
 from bertology.train.metrics import log
+from bertology.train.teacher import Teacher
 
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "char_ids")  # char_ids: an ELMo trunk's
 
@@ -83,13 +96,25 @@ def default_config(task: str) -> ml_collections.ConfigDict:
         layerwise_lr_decay=1.0,  # ELECTRA uses 0.8 (0.9 for large); 1.0 turns it off
     ))
     c.mesh = sharding.mesh_config()
+    # Smaller models (module docstring): distillation from a fine-tuned teacher, int8 QAT, pruning.
+    c.teacher_checkpoint = placeholder(str)  # a fine-tuning run on the same task; None: learn the labels
+    c.distill_temperature = 1.0
+    c.quantize = "none"  # none | int8
+    c.quant_ema_decay = 0.9999  # the activation ranges' moving average (Q8BERT's)
+    c.prune = ml_collections.ConfigDict(dict(
+        kind="none",  # none | magnitude | heads
+        sparsity=0.0,  # final fraction of the encoder layers' weights (magnitude) or of all heads (heads)
+        scope="global",  # magnitude: global | per_matrix
+        begin_fraction=0.0, end_fraction=0.5,  # the cubic schedule's span, as fractions of the steps
+        every=10,  # steps between mask updates
+    ))
     return c
 
 
 def merge_pretrained(fresh: Any, pretrained: Any, where: str) -> Any:
     """`fresh` encoder params with every tensor the checkpoint has replaced by its value.
 
-    Adapters are new, so they keep their initialisation; any other missing tensor or any shape
+    Adapters and activation ranges are new, so they keep their initialisation; any other missing tensor or any shape
     mismatch means the checkpoint is not this encoder.
     """
     saved = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(pretrained)}
@@ -97,7 +122,7 @@ def merge_pretrained(fresh: Any, pretrained: Any, where: str) -> Any:
     def pick(path, leaf):
         name = jax.tree_util.keystr(path)
         if name not in saved:
-            if "adapter" in name:
+            if "adapter" in name or quantize_lib.RANGE in name:
                 return leaf
             raise UserError(f"checkpoint {where} has no encoder tensor {name}; it is not a bertology pretraining run")
         if tuple(saved[name].shape) != tuple(leaf.shape):
@@ -214,26 +239,35 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     if opt_cfg.warmup_steps is None:
         opt_cfg.warmup_steps = int(round(opt_cfg.warmup_fraction * total))
 
+    plan = prune_plan(config, total)
+
     def optimizer(params: Any) -> tuple[Any, Any]:
         decay = config.optimizer.layerwise_lr_decay
-        return optimizer_lib.make(
+        tx, lr = optimizer_lib.make(
             opt_cfg, total,
             trainable=trainable_mask(params, config.mode) if config.mode != "full" else None,
             multipliers=optimizer_lib.layerwise_multipliers(params, cfg.num_layers, decay) if decay != 1.0 else None,
         )
+        if config.quantize == "int8":
+            tx = quantize_lib.ema_ranges(tx, config.quant_ema_decay)
+        return (tx if plan.kind == "none" else prune_lib.pruned(tx, plan)), lr
 
     def with_pretrained(fresh: Any) -> Any:
         return {**fresh, "encoder": merge_pretrained(fresh["encoder"], pretrained, config.init_checkpoint)}
 
-    model = TaskModel(cfg, task.kind, task.num_labels, config.mode)
+    model = task_model(cfg, task, config.mode, config.quantize, config.grad_accum_steps)
+    teacher = task_teacher(config, task)
+    objective = objectives.get("finetune" if teacher is None else
+                               {"name": "tinybert", "stage": "prediction", "temperature": config.distill_temperature})
     t0 = time.time()
     with run_lib.setup(
         config, workdir,
         model=model,
-        objective=objectives.get("finetune"),
+        objective=objective,
         example={k: v[:1] for k, v in train_arrays.items() if k in MODEL_INPUTS},
         optimizer=optimizer,
         start_params=None if pretrained is None else with_pretrained,
+        teacher=teacher,
     ) as run:
         apply = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True))
 
@@ -264,7 +298,61 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     if results.get("preempted"):
         return results
     _write_predictions(task, splits, latest["predictions"], workdir)
+    results = {**results, **_compression(run.state["params"], config, plan, workdir)}
+    outputs.write_results(workdir, results)
     return {**results, "params": run.state["params"], "predictions": latest["predictions"]}
+
+
+def task_model(cfg: models.TransformerConfig, task: tasks.Task, mode: str, quantize: str,
+               grad_accum_steps: int = 1) -> TaskModel:
+    """The fine-tuning network: a `TaskModel`, quantization-aware for `quantize="int8"`."""
+    if quantize == "none":
+        return TaskModel(cfg, task.kind, task.num_labels, mode)
+    if quantize != "int8":
+        raise UserError(f"quantize={quantize!r} is unknown; use 'none' or 'int8'")
+    if grad_accum_steps != 1:
+        raise UserError("quantize='int8' measures activation ranges per step and cannot accumulate microbatches; "
+                        "set grad_accum_steps=1")
+    return quantize_lib.QuantizedTaskModel(cfg, task.kind, task.num_labels, mode)
+
+
+def task_teacher(config: ml_collections.ConfigDict, task: tasks.Task) -> Teacher | None:
+    """The fine-tuned teacher of prediction-layer distillation (`teacher_checkpoint`), or None."""
+    if not config.teacher_checkpoint:
+        return None
+    params, teacher_config = load_params(config.teacher_checkpoint)
+    if teacher_config.get("task") != task.name or task.kind != "classification":
+        raise UserError(f"teacher_checkpoint {config.teacher_checkpoint} was fine-tuned on "
+                        f"{teacher_config.get('task')!r}, not on the classification task {task.name!r}; pass a "
+                        "fine-tuning run of this task")
+    teacher_config = ml_collections.ConfigDict(teacher_config)
+    cfg = _encoder(teacher_config)[0]
+    if teacher_config.mode == "adapters":
+        cfg = dataclasses.replace(cfg, adapter_size=teacher_config.adapter_size)
+    model = task_model(cfg, task, teacher_config.mode, teacher_config.get("quantize", "none"))
+    return Teacher(model, params, teacher_config.to_dict(), pathlib.Path(config.teacher_checkpoint))
+
+
+def prune_plan(config: ml_collections.ConfigDict, total: int) -> prune_lib.Plan:
+    """The pruning plan of `config.prune` for a run of `total` steps."""
+    p = config.prune
+    return prune_lib.Plan(kind=p.kind, sparsity=p.sparsity, scope=p.scope, begin=int(round(p.begin_fraction * total)),
+                          end=int(round(p.end_fraction * total)), every=p.every)
+
+
+def _compression(params: Any, config: ml_collections.ConfigDict, plan: prune_lib.Plan,
+                 workdir: pathlib.Path) -> dict[str, Any]:
+    """What a run that makes a smaller model adds to its results (and the int8 weights it writes)."""
+    out: dict[str, Any] = {"parameters": int(sum(x.size for x in jax.tree.leaves(params)))}
+    if config.quantize == "int8":
+        int8 = quantize_lib.int8_params(jax.device_get(params))
+        (workdir / "int8_params.msgpack").write_bytes(flax.serialization.msgpack_serialize(int8))
+        out.update(float32_bytes=quantize_lib.nbytes(params), int8_bytes=quantize_lib.nbytes(int8))
+    if plan.kind != "none":
+        out["sparsity"] = prune_lib.sparsity(params)
+        out["nonzero_parameters"] = int(sum((jnp.asarray(x) != 0).sum() for x in jax.tree.leaves(params)))
+        out["heads_left"] = prune_lib.heads_left(params)
+    return out
 
 
 def _results(run: run_lib.Run, summary: dict, task: tasks.Task, config: ml_collections.ConfigDict, latest: dict,
