@@ -12,6 +12,11 @@ outside it ever asks which family it is:
   another family's checkpoint (`--config.init_checkpoint`; UniLM and bert2bert from BERT);
 - `from_teacher(teacher_params, fresh) -> params` (optional): a distillation student's start
   from its frozen teacher (`--config.teacher_checkpoint`; DistilBERT takes every other layer);
+- `initial_carry(model_config, batch_size) -> pytree` (optional): the zero state a recurrent
+  family carries from one batch to the next on contiguous data (Transformer-XL and XLNet memory,
+  ELMo's LSTM states; `bertology.train.step`, `bertology.data.lanes`);
+- `task_inputs(cfg, tokenizer, arrays, mode) -> arrays` (optional): extra inputs a non-Transformer
+  trunk needs in fine-tuning (ELMo's character ids);
 - `flops_per_token(config, nominal) -> float`: training FLOPs per input token of a run config
   (`bertology.models.flops`): what runs, or with `nominal` the paper-style estimate that the
   equal-FLOP sweep budgets with.
