@@ -85,7 +85,8 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
                         "teacher's")
     config.data.vocab = str(vocab_path)
     corpus = config.data.corpus or embedded_corpus_path()
-    docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log)
+    docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log,
+                                     progress=jax.process_index() == 0)  # documents stay on disk, read by index
     stream = pipeline.PretrainingStream(
         docs["train"],
         tokenizer,
@@ -104,7 +105,7 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
         )
     ]
     first = next(stream)
-    stream.set_state({"pass": 0, "offset": 0, "step": 0})
+    stream.set_state({"pass": 0, "window": 0, "offset": 0, "step": 0})
 
     family = models.family(config.model.family)
 
