@@ -241,7 +241,7 @@ def prepare(tasks: Sequence[Task], tokenizer: Tokenizer, out_dir: str | os.PathL
     tmp.mkdir(parents=True)
     workers = max(1, min(workers or default_workers(), len(tasks)))
     total = sum(t.size for t in tasks)
-    bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1 << 20, desc="tokenizing", disable=not progress,
+    bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="tokenizing", disable=not progress,
                smoothing=0.1)  # shows MB/s and the time left
     counts = [0] * len(tasks)
     start = time.perf_counter()
