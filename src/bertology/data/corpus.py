@@ -123,7 +123,7 @@ class Documents(collections.abc.Sequence):
             return self.total - 1 if self.split == "validation" else i
         return EVAL_EVERY * (i + 1) - 1 if self.split == "validation" else i + i // (EVAL_EVERY - 1)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int | slice) -> list[np.ndarray] | list[list[np.ndarray]]:
         if isinstance(i, slice):
             return self.read(range(*i.indices(self._len)))
         if not -self._len <= i < self._len:
@@ -135,7 +135,7 @@ class Documents(collections.abc.Sequence):
         records = self._source.__getitems__([self.corpus_index(int(i)) for i in indices])
         return [prepare_lib.decode(r) for r in records]
 
-    def __reduce__(self):  # pickled as its paths: a worker reopens the shards
+    def __reduce__(self) -> tuple:  # pickled as its paths: a worker reopens the shards
         return Documents, (self.paths, self.total, self.split)
 
 

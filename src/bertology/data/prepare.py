@@ -205,9 +205,20 @@ def text_documents(lines: Iterable[str]) -> Iterator[list[str]]:
         yield doc
 
 
-def _run_task(index: int, task: Task, tokenizer: Tokenizer, out_dir: str) -> int:
-    """Tokenize one task into shard `index`; returns its number of documents."""
+_WORKER_TOKENIZER: Tokenizer | None = None  # a worker process's tokenizer, its caches kept across tasks
+
+
+def _start_worker(tokenizer: Tokenizer) -> None:
+    global _WORKER_TOKENIZER
+    _WORKER_TOKENIZER = tokenizer
+
+
+def _run_task(index: int, task: Task, tokenizer: Tokenizer | None, out_dir: str) -> int:
+    """Tokenize one task into shard `index` (with the worker's tokenizer when None); returns its
+    number of documents."""
     from array_record.python.array_record_module import ArrayRecordWriter
+
+    tokenizer = tokenizer or _WORKER_TOKENIZER
 
     path = os.path.join(out_dir, shard_name(index))
     writer = ArrayRecordWriter(path, "group_size:1")  # one document per chunk: cheap reads by index
@@ -251,8 +262,9 @@ def prepare(tasks: Sequence[Task], tokenizer: Tokenizer, out_dir: str | os.PathL
             bar.update(task.size)
     else:
         context = multiprocessing.get_context("spawn")  # a forked JAX process may deadlock
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            futures = {pool.submit(_run_task, i, t, tokenizer, str(tmp)): i for i, t in enumerate(tasks)}
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                                                    initargs=(tokenizer,)) as pool:
+            futures = {pool.submit(_run_task, i, t, None, str(tmp)): i for i, t in enumerate(tasks)}
             for future in concurrent.futures.as_completed(futures):
                 i = futures[future]
                 counts[i] = future.result()
