@@ -115,10 +115,10 @@ class CountingDocuments(list):
 
     def __init__(self, items):
         super().__init__(items)
-        self.read = []
+        self.seen = []
 
     def __getitem__(self, i):
-        self.read.append(i)
+        self.seen.append(i)
         return super().__getitem__(i)
 
 
@@ -137,7 +137,7 @@ def test_documents_are_read_one_window_at_a_time():
     d = CountingDocuments(docs(40))
     s = PretrainingStream(d, TOK, cfg(window_documents=8), batch_size=4, seed=0, prefetch=0)
     next(s)
-    assert sorted(d.read) == s.window_documents(0, 0)  # 8 of the 40 documents, nothing else
+    assert sorted(d.seen) == s.window_documents(0, 0)  # 8 of the 40 documents, nothing else
 
 
 @pytest.mark.parametrize("masking", ["static", "dynamic"])

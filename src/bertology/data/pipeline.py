@@ -81,6 +81,8 @@ class PretrainingStream:
             raise UserError(f"data.window_documents={self.window} is too small; use at least 2 (default "
                             f"{WINDOW_DOCUMENTS})")
         self.documents = documents
+        # corpus.Documents reads a window's records in one call; a plain sequence one by one
+        self._read = getattr(documents, "read", None) or (lambda indices: [documents[i] for i in indices])
         self.batch_size = batch_size
         self.seed = seed
         self.prefetch = prefetch
@@ -103,6 +105,8 @@ class PretrainingStream:
         """Indices of the documents of window w of pass p: a slice of the pass's global order,
         read in corpus order (nearby records; the instances are shuffled afterwards)."""
         n = len(self.documents)
+        if self.windows == 1:  # the whole corpus, in corpus order: no shuffle to evaluate
+            return list(range(n))
         key = int(np.random.SeedSequence([self.seed, _ORDER, self._source(p)]).generate_state(1)[0])
         return sorted(index_shuffle(j, max_index=n - 1, seed=key, rounds=_ROUNDS)
                       for j in range(w * self.window, min((w + 1) * self.window, n)))
@@ -112,7 +116,7 @@ class PretrainingStream:
         instances, corrupted now unless the transform corrupts each batch."""
         transform = self.transform
         key = (self._source(p), *([w] if w else []))  # window 0 keeps a whole pass's key (see the module)
-        docs = [self.documents[i] for i in self.window_documents(p, w)]
+        docs = self._read(self.window_documents(p, w))
         inst = transform.instances(docs, _rng(self.seed, _PAIRS, *key))
         order = _rng(self.seed, _SHUFFLE, *key).permutation(len(inst["input_ids"]))
         inst = {k: v[order] for k, v in inst.items()}
