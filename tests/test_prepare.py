@@ -118,6 +118,23 @@ def test_documents_are_read_lazily_and_index_like_a_list(tmp_path):
     assert [s.tolist() for s in held[1]] == [TOK.encode(s) for s in make_docs(120)[99]]
 
 
+def test_documents_read_in_any_order_across_shards(tmp_path):
+    """One `read` of indices spread over many shards, unsorted and repeated, returns each
+    document at its place (the stream reads a window this way)."""
+    docs = make_docs(300)
+    write_text(tmp_path / "a.txt", docs)
+    meta = prepare.prepare(prepare.plan(tmp_path / "a.txt", [tmp_path / "a.txt"], chunk_bytes=1000), TOK,
+                           tmp_path / "out", workers=1, progress=False)
+    shards = [(str(tmp_path / "out" / name), n) for name, n in zip(meta["shards"], meta["documents"]) if n]
+    assert len(shards) > 8
+    train = corpus_lib.Documents([p for p, _ in shards], [n for _, n in shards], "train")
+    expected = [d for i, d in enumerate(docs) if (i + 1) % corpus_lib.EVAL_EVERY]
+    order = np.random.default_rng(0).permutation(len(train)).tolist() + [5, 5, 293]
+    got = train.read(order)
+    assert [[s.tolist() for s in d] for d in got] == [[TOK.encode(s) for s in expected[i]] for i in order]
+    assert [s.tolist() for s in train[200]] == [TOK.encode(s) for s in expected[200]]
+
+
 def test_the_fast_tokenizer_gives_our_ids(tmp_path):
     """Preparation keeps our WordPiece (faster here than BertTokenizerFast, see the report); it must
     give the same ids as Hugging Face's on the embedded corpus, or the speed comparison is moot."""

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import pathlib
+import threading
 from typing import Callable, Iterator
 
 import numpy as np
@@ -104,15 +105,21 @@ class Documents(collections.abc.Sequence):
     """The documents of one split, read from the shards when indexed (each a list of per-sentence
     int32 id arrays), so holding one costs nothing per document. Index i of `train` is corpus
     document `i + i // (EVAL_EVERY - 1)`, of `validation` `EVAL_EVERY * (i + 1) - 1` (with fewer
-    than EVAL_EVERY documents, the last one is the only held-out document)."""
+    than EVAL_EVERY documents, the last one is the only held-out document). `counts[s]` is how
+    many records shard s holds (corpus document g is in the shard where the running total passes g).
 
-    def __init__(self, paths: list[str], total: int, split: str):
-        from grain.python import ArrayRecordDataSource
+    Shards are read with one array_record reader each, opened on first use, rather than through
+    grain's ArrayRecordDataSource, whose batched read starts a thread pool per call: for a stream
+    window that cost as much as the reading itself."""
 
-        self.paths, self.total, self.split = paths, total, split
-        self._source = ArrayRecordDataSource(paths)
-        held_out = total // EVAL_EVERY or 1
-        self._len = held_out if split == "validation" else total - held_out
+    def __init__(self, paths: list[str], counts: list[int], split: str):
+        self.paths, self.counts, self.split = list(paths), list(counts), split
+        self.total = sum(self.counts)
+        self._starts = np.cumsum([0, *self.counts])
+        self._readers: list = [None] * len(self.paths)
+        self._lock = threading.Lock()
+        held_out = self.total // EVAL_EVERY or 1
+        self._len = held_out if split == "validation" else self.total - held_out
 
     def __len__(self) -> int:
         return self._len
@@ -128,15 +135,31 @@ class Documents(collections.abc.Sequence):
             return self.read(range(*i.indices(self._len)))
         if not -self._len <= i < self._len:
             raise IndexError(i)
-        return prepare_lib.decode(self._source[self.corpus_index(i % self._len)])
+        return self.read([i % self._len])[0]
 
     def read(self, indices: collections.abc.Iterable[int]) -> list[list[np.ndarray]]:
-        """Several documents in one call (the reader fetches them together)."""
-        records = self._source.__getitems__([self.corpus_index(int(i)) for i in indices])
+        """Several documents, one reader call per shard they are in."""
+        keys = np.array([self.corpus_index(int(i)) for i in indices], np.int64)
+        shard = np.searchsorted(self._starts, keys, side="right") - 1
+        records: list[bytes] = [b""] * len(keys)
+        for s in np.unique(shard).tolist():
+            at = np.flatnonzero(shard == s)
+            for k, record in zip(at.tolist(), self._reader(s).read((keys[at] - self._starts[s]).tolist())):
+                records[k] = record
         return [prepare_lib.decode(r) for r in records]
 
+    def _reader(self, s: int):
+        """Shard s's reader (opened once; the prefetch thread and the caller may both ask)."""
+        if self._readers[s] is None:
+            from array_record.python.array_record_module import ArrayRecordReader
+
+            with self._lock:
+                if self._readers[s] is None:  # readahead off: reads are by index, not sequential
+                    self._readers[s] = ArrayRecordReader(self.paths[s], "readahead_buffer_size:0")
+        return self._readers[s]
+
     def __reduce__(self) -> tuple:  # pickled as its paths: a worker reopens the shards
-        return Documents, (self.paths, self.total, self.split)
+        return Documents, (self.paths, self.counts, self.split)
 
 
 def _check_files(files: list[pathlib.Path], workers: int) -> int:
@@ -178,5 +201,6 @@ def load_documents(
             f"corpus {corpus} has {total} document(s); pretraining needs at least {MIN_DOCUMENTS} "
             "(one sentence per line, a blank line between documents)"
         )
-    paths = [str(data_dir / name) for name, n in zip(meta["shards"], meta["documents"]) if n]
-    return {split: Documents(paths, total, split) for split in ("train", "validation")}
+    shards = [(str(data_dir / name), n) for name, n in zip(meta["shards"], meta["documents"]) if n]
+    paths, counts = [p for p, _ in shards], [n for _, n in shards]
+    return {split: Documents(paths, counts, split) for split in ("train", "validation")}
