@@ -92,6 +92,7 @@ class PretrainingStream:
         self.state = {"pass": 0, "window": 0, "offset": 0, "step": 0}
         self._cursor = dict(self.state)  # where the producer is (ahead of `state` by the prefetched batches)
         self._cached: tuple[tuple[int, int], Batch] | None = None
+        self._whole: list[Document] | None = None  # the documents of a one-window corpus
         self._thread: threading.Thread | None = None
         self._queue: queue.Queue = queue.Queue(max(prefetch, 1))
         self._stop = threading.Event()
@@ -116,13 +117,22 @@ class PretrainingStream:
         instances, corrupted now unless the transform corrupts each batch."""
         transform = self.transform
         key = (self._source(p), *([w] if w else []))  # window 0 keeps a whole pass's key (see the module)
-        docs = self._read(self.window_documents(p, w))
+        docs = self._window_docs(p, w)
         inst = transform.instances(docs, _rng(self.seed, _PAIRS, *key))
         order = _rng(self.seed, _SHUFFLE, *key).permutation(len(inst["input_ids"]))
         inst = {k: v[order] for k, v in inst.items()}
         if not transform.per_batch and len(order):
             inst = transform.corrupt(inst, _rng(self.seed, _MASK, *key))
         return inst
+
+    def _window_docs(self, p: int, w: int) -> list[Document]:
+        """The documents of window w of pass p. A corpus that fits one window is read once and
+        kept: every pass reads the same documents, and they are no more than a window's worth."""
+        if self.windows > 1:
+            return self._read(self.window_documents(p, w))
+        if self._whole is None:
+            self._whole = self._read(self.window_documents(p, w))
+        return self._whole
 
     def _window_at(self, p: int, w: int) -> Batch:
         if self._cached is None or self._cached[0] != (p, w):
