@@ -136,6 +136,7 @@ CASES = [
     ("attention dropout<0", "pretrain", _pretrain(model__attention_dropout_rate="-0.1"), "model.attention_dropout_rate=-0.1"),
     ("max_seq_length>positions", "pretrain", _pretrain(data__max_seq_length="1024"), "data.max_seq_length=1024"),
     ("dupe_factor=0", "pretrain", _pretrain(data__dupe_factor="0"), "data.dupe_factor=0"),
+    ("window_documents=1", "pretrain", _pretrain(data__window_documents="1"), "data.window_documents=1"),
     ("corpus of random bytes", "pretrain", _pretrain(data__corpus="{p.noise}"), "noise.bin"),
     ("corpus of images and archives", "pretrain", _pretrain(data__corpus="{p.images}"), "a.png"),
     ("finetune batch_size=0", "finetune", _finetune(batch_size="0"), "batch_size=0"),

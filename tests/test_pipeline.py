@@ -55,8 +55,7 @@ def test_restored_state_continues_the_same_stream():
 
 
 def _pass(stream, p):
-    stream.set_state({"pass": p, "offset": 0, "step": 0})
-    return stream._current_pass()
+    return stream._build_pass(p)  # the corpus is one window
 
 
 def test_static_masking_repeats_every_dupe_factor_passes():
@@ -106,3 +105,96 @@ def test_unknown_masking_is_a_user_error():
 
     with pytest.raises(UserError, match="data.masking='sometimes'"):
         PretrainingStream(docs(), TOK, cfg(masking="sometimes"), batch_size=8, seed=0)
+
+
+# ------------------------------------------------------------------ streaming over windows
+
+
+class CountingDocuments(list):
+    """A document list that records which documents were read."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.seen = []
+
+    def __getitem__(self, i):
+        self.seen.append(i)
+        return super().__getitem__(i)
+
+
+def test_a_pass_visits_every_document_once_in_shuffled_windows():
+    s = PretrainingStream(docs(40), TOK, cfg(window_documents=8), batch_size=8, seed=0)
+    assert s.windows == 5
+    passes = [[s.window_documents(p, w) for w in range(5)] for p in range(2)]
+    for windows in passes:
+        assert sorted(i for w in windows for i in w) == list(range(40))
+        assert all(w == sorted(w) for w in windows)  # read in corpus order
+    assert passes[0] != passes[1]  # another pass groups the documents differently
+    assert passes[0] != [list(range(k, k + 8)) for k in range(0, 40, 8)]  # not the corpus order
+
+
+def test_documents_are_read_one_window_at_a_time():
+    d = CountingDocuments(docs(40))
+    s = PretrainingStream(d, TOK, cfg(window_documents=8), batch_size=4, seed=0, prefetch=0)
+    next(s)
+    assert sorted(d.seen) == s.window_documents(0, 0)  # 8 of the 40 documents, nothing else
+
+
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_windowed_stream_resumes_exactly_and_prefetch_changes_nothing(masking):
+    c = cfg(masking=masking, window_documents=8)
+    sync = take(PretrainingStream(docs(), TOK, c, batch_size=8, seed=3, prefetch=0), 60)
+    s = PretrainingStream(docs(), TOK, c, batch_size=8, seed=3, prefetch=3)
+    ahead = take(s, 37)
+    assert all(same(x, y) for x, y in zip(ahead, sync))
+    state = s.get_state()
+    assert state["pass"] >= 1 and state["window"] + state["offset"] > 0  # mid-pass, several windows in
+    r = PretrainingStream(docs(), TOK, c, batch_size=8, seed=3)
+    r.set_state(state)
+    assert all(same(x, y) for x, y in zip(take(r, 23), sync[37:]))
+
+
+def test_static_masking_repeats_every_window_every_dupe_factor_passes():
+    s = PretrainingStream(docs(), TOK, cfg(masking="static", dupe_factor=2, window_documents=8), batch_size=4, seed=0)
+    for w in range(s.windows):
+        assert same(s._build_pass(0, w), s._build_pass(2, w))
+        assert not same(s._build_pass(0, w), s._build_pass(1, w))
+
+
+def test_processes_get_disjoint_rows_of_windowed_batches():
+    c = cfg(masking="dynamic", window_documents=8)
+    full = take(PretrainingStream(docs(), TOK, c, batch_size=8, seed=0), 30)
+    parts = [take(PretrainingStream(docs(), TOK, c, batch_size=8, seed=0, process_index=i, process_count=2), 30)
+             for i in range(2)]
+    for step in range(30):
+        for k in full[step]:
+            np.testing.assert_array_equal(np.concatenate([parts[0][step][k], parts[1][step][k]]), full[step][k])
+
+
+def test_the_stream_from_array_record_shards_equals_the_stream_from_a_list(tmp_path):
+    """The prepared corpus read by index gives the batches the same documents in memory give."""
+    from bertology.data import corpus as corpus_lib
+    from bertology.data.embedded import DEFAULT_VOCAB
+    from bertology.data.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(DEFAULT_VOCAB)
+    lines = [f"Sentence {k} of document {d} says {'more ' * (k % 5)}things." for d in range(60) for k in range(d % 6 + 1)]
+    text, k = [], 0
+    for d in range(60):
+        text += lines[k : k + d % 6 + 1] + [""]
+        k += d % 6 + 1
+    (tmp_path / "c.txt").write_text("\n".join(text))
+    on_disk = corpus_lib.load_documents(tmp_path / "c.txt", tok, DEFAULT_VOCAB, tmp_path / "cache", log=lambda m: None)
+    in_memory = [list(d) for d in on_disk["train"]]
+    c = cfg(masking="dynamic", window_documents=16)
+    a = take(PretrainingStream(on_disk["train"], tok, c, batch_size=8, seed=0), 12)
+    b = take(PretrainingStream(in_memory, tok, c, batch_size=8, seed=0), 12)
+    assert all(same(x, y) for x, y in zip(a, b))
+
+
+def test_an_error_while_prefetching_reaches_the_caller():
+    from bertology.errors import UserError
+
+    empty = [[np.zeros(0, np.int32)] for _ in range(10)]
+    with pytest.raises(UserError, match="no training instances"):
+        next(PretrainingStream(empty, TOK, cfg(window_documents=4), batch_size=8, seed=0))

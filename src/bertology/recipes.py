@@ -63,6 +63,7 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         short_seq_prob=0.1,
         masking="static",  # static: dupe_factor precomputed masked copies; dynamic: fresh masks each batch
         dupe_factor=10,
+        window_documents=2048,  # documents per stream window (data/pipeline.py): random next sentences come from within it
     ))
 
     c.optimizer = ml_collections.ConfigDict(dict(

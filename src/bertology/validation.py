@@ -90,6 +90,7 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("data.short_seq_prob", _number(0, 1), "the fraction of shorter rows"),
     ("data.dupe_factor", _integer(1), "masked copies of the corpus (static masking)"),
     ("data.masking", _one_of("static", "dynamic"), "static (precomputed copies) or dynamic masking"),
+    ("data.window_documents", _integer(2), "documents per stream window, e.g. 2048"),
     ("data.doc_stride", _integer(1), "tokens between question-answering windows"),
     ("data.max_query_length", _integer(1), "question tokens per window"),
     ("data.cls_position", _one_of("first", "last"), "where task inputs put the summary token (XLNet: last)"),

@@ -1,10 +1,10 @@
-"""A local plain-text corpus as a TFDS dataset: tokenized once, stored as array_record.
+"""A local corpus, tokenized once in parallel into sharded array_record and read by index.
 
-Input is the original BERT pretraining format: one sentence per line, a blank line between
-documents, in a file or a directory of files. The builder tokenizes every sentence once and
-writes one record per document (`token_ids` flat, `sentence_lengths`, `doc_index`); later runs
-read it back with no TensorFlow through `as_data_source`. Every ~50th document goes to the
-`validation` split so evaluation never sees training text.
+Input is a text file or directory in BERT's format, JSON lines, or a TFDS dataset by name
+(`prepare.py` has the formats and the parallel writer). Document g of the corpus is record g of
+the shards; every ~50th document is held out for `validation`, so evaluation never sees training
+text. `load_documents` returns each split as a `Documents` sequence that reads a document from
+disk when it is indexed: memory does not grow with the corpus.
 
 The prepared data is cached under a key made of the corpus files (path, size, mtime) and the
 tokenizer file's content, so editing either rebuilds it and nothing stale is ever read.
@@ -13,14 +13,18 @@ tokenizer file's content, so editing either rebuilds it and nothing stale is eve
 from __future__ import annotations
 
 import codecs
+import collections.abc
+import concurrent.futures
 import hashlib
+import json
 import os
 import pathlib
-from typing import Iterator
+import threading
+from typing import Callable, Iterator
 
 import numpy as np
-import tensorflow_datasets as tfds
 
+from bertology.data import prepare as prepare_lib
 from bertology.data.tokenizers import Tokenizer, tokenizer_files
 from bertology.errors import UserError
 
@@ -31,10 +35,13 @@ MIN_DOCUMENTS = 3
 # (random bytes, images, archives); below it, the stray bytes of real text are replaced and counted.
 NOT_TEXT_FRACTION = 0.01
 _CHUNK = 1 << 20
+FORMAT = 2  # 1: one TFDS example per document; 2: prepare.py records in shards
 
 
 def corpus_files(corpus: str | pathlib.Path) -> list[pathlib.Path]:
     """The text files of a corpus path (a file, or every file under a directory, sorted)."""
+    if str(corpus).startswith(prepare_lib.TFDS_PREFIX):
+        return []  # a prepared TFDS dataset: no local text files
     path = pathlib.Path(corpus).expanduser()
     if not path.exists():
         raise UserError(f"corpus not found: {path}; set data.corpus to a text file or a directory of them")
@@ -72,85 +79,21 @@ def check_text(files: list[pathlib.Path]) -> int:
 
 
 def read_documents(files: list[pathlib.Path]) -> Iterator[list[str]]:
-    """Documents as lists of sentence lines; blank lines and file ends close a document."""
+    """Documents of BERT-format files as lists of sentence lines (what preparation tokenizes)."""
     for file in files:
-        doc: list[str] = []
         with open(file, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    doc.append(line)
-                elif doc:
-                    yield doc
-                    doc = []
-        if doc:
-            yield doc
+            yield from prepare_lib.text_documents(f)
 
 
-def _is_eval(index: int) -> bool:
-    return (index + 1) % EVAL_EVERY == 0
-
-
-class TextCorpus(tfds.core.GeneratorBasedBuilder):
-    """TFDS builder over local text; one example per document."""
-
-    VERSION = tfds.core.Version("1.0.0")
-
-    def __init__(self, *, files: list[pathlib.Path], tokenizer: Tokenizer, **kwargs):
-        self._files = files
-        self._tokenizer = tokenizer
-        super().__init__(**kwargs)
-
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
-            builder=self,
-            description="A local one-sentence-per-line corpus, tokenized.",
-            features=tfds.features.FeaturesDict(
-                {
-                    "token_ids": tfds.features.Tensor(shape=(None,), dtype=np.int32),
-                    "sentence_lengths": tfds.features.Tensor(shape=(None,), dtype=np.int32),
-                    "doc_index": np.int64,
-                }
-            ),
-        )
-
-    def _split_generators(self, dl_manager):
-        del dl_manager
-        n = sum(1 for _ in read_documents(self._files))
-        if n < MIN_DOCUMENTS:
-            raise UserError(
-                f"corpus {self._files[0]} has {n} document(s); pretraining needs at least {MIN_DOCUMENTS} "
-                "(one sentence per line, a blank line between documents)"
-            )
-        held_out = {i for i in range(n) if _is_eval(i)} or {n - 1}
-        return {
-            "train": self._generate_examples(lambda i: i not in held_out),
-            "validation": self._generate_examples(lambda i: i in held_out),
-        }
-
-    def _generate_examples(self, keep):
-        for index, doc in enumerate(read_documents(self._files)):
-            if not keep(index):
-                continue
-            sentences = [np.asarray(self._tokenizer.encode(s), np.int32) for s in doc]
-            sentences = [s for s in sentences if len(s)]
-            if not sentences:
-                continue
-            yield index, {
-                "token_ids": np.concatenate(sentences),
-                "sentence_lengths": np.array([len(s) for s in sentences], np.int32),
-                "doc_index": index,
-            }
-
-
-def cache_key(files: list[pathlib.Path], tokenizer_path: str | pathlib.Path) -> str:
+def cache_key(corpus: str | pathlib.Path, files: list[pathlib.Path], tokenizer_path: str | pathlib.Path) -> str:
+    """What the prepared shards depend on: the input files, the tokenizer and the record layout."""
     h = hashlib.sha256()
     for f in files:
         st = f.stat()
         h.update(f"{f.absolute()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
     for f in tokenizer_files(tokenizer_path):  # a byte-level BPE is two files (vocab.json, merges.txt)
         h.update(f.read_bytes())
-    h.update(f"eval_every={EVAL_EVERY}|{TextCorpus.VERSION}".encode())
+    h.update(f"eval_every={EVAL_EVERY}|format={FORMAT}|chunk={prepare_lib.CHUNK_BYTES}|{corpus}".encode())
     return h.hexdigest()[:16]
 
 
@@ -158,30 +101,106 @@ def default_cache_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("BERTOLOGY_CACHE", "~/.cache/bertology")).expanduser() / "tfds"
 
 
+class Documents(collections.abc.Sequence):
+    """The documents of one split, read from the shards when indexed (each a list of per-sentence
+    int32 id arrays), so holding one costs nothing per document. Index i of `train` is corpus
+    document `i + i // (EVAL_EVERY - 1)`, of `validation` `EVAL_EVERY * (i + 1) - 1` (with fewer
+    than EVAL_EVERY documents, the last one is the only held-out document). `counts[s]` is how
+    many records shard s holds (corpus document g is in the shard where the running total passes g).
+
+    Shards are read with one array_record reader each, opened on first use, rather than through
+    grain's ArrayRecordDataSource, whose batched read starts a thread pool per call: for a stream
+    window that cost as much as the reading itself."""
+
+    def __init__(self, paths: list[str], counts: list[int], split: str):
+        self.paths, self.counts, self.split = list(paths), list(counts), split
+        self.total = sum(self.counts)
+        self._starts = np.cumsum([0, *self.counts])
+        self._readers: list = [None] * len(self.paths)
+        self._lock = threading.Lock()
+        held_out = self.total // EVAL_EVERY or 1
+        self._len = held_out if split == "validation" else self.total - held_out
+
+    def __len__(self) -> int:
+        return self._len
+
+    def corpus_index(self, i: int) -> int:
+        """Where document i of this split is in the corpus."""
+        if self.total < EVAL_EVERY:
+            return self.total - 1 if self.split == "validation" else i
+        return EVAL_EVERY * (i + 1) - 1 if self.split == "validation" else i + i // (EVAL_EVERY - 1)
+
+    def __getitem__(self, i: int | slice) -> list[np.ndarray] | list[list[np.ndarray]]:
+        if isinstance(i, slice):
+            return self.read(range(*i.indices(self._len)))
+        if not -self._len <= i < self._len:
+            raise IndexError(i)
+        return self.read([i % self._len])[0]
+
+    def read(self, indices: collections.abc.Iterable[int]) -> list[list[np.ndarray]]:
+        """Several documents, one reader call per shard they are in."""
+        keys = np.array([self.corpus_index(int(i)) for i in indices], np.int64)
+        shard = np.searchsorted(self._starts, keys, side="right") - 1
+        records: list[bytes] = [b""] * len(keys)
+        for s in np.unique(shard).tolist():
+            at = np.flatnonzero(shard == s)
+            for k, record in zip(at.tolist(), self._reader(s).read((keys[at] - self._starts[s]).tolist())):
+                records[k] = record
+        return [prepare_lib.decode(r) for r in records]
+
+    def _reader(self, s: int):
+        """Shard s's reader (opened once; the prefetch thread and the caller may both ask)."""
+        if self._readers[s] is None:
+            from array_record.python.array_record_module import ArrayRecordReader
+
+            with self._lock:
+                if self._readers[s] is None:  # readahead off: reads are by index, not sequential
+                    self._readers[s] = ArrayRecordReader(self.paths[s], "readahead_buffer_size:0")
+        return self._readers[s]
+
+    def __reduce__(self) -> tuple:  # pickled as its paths: a worker reopens the shards
+        return Documents, (self.paths, self.counts, self.split)
+
+
+def _check_files(files: list[pathlib.Path], workers: int) -> int:
+    """`check_text` over the files, several at a time: the stray-byte count of all of them."""
+    if workers == 1 or len(files) == 1:
+        return check_text(files)
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return sum(pool.map(lambda f: check_text([f]), files))
+
+
 def load_documents(
     corpus: str | pathlib.Path,
     tokenizer: Tokenizer,
     tokenizer_path: str | pathlib.Path,
     cache_dir: str | pathlib.Path | None = None,
-    log=print,
-) -> dict[str, list[Document]]:
-    """{'train': docs, 'validation': docs}, each doc a list of per-sentence id arrays, in corpus order."""
+    log: Callable[[str], None] = print,
+    workers: int | None = None,
+    progress: bool = True,
+) -> dict[str, Documents]:
+    """{'train': docs, 'validation': docs} in corpus order, preparing the corpus first (with
+    `workers` processes, default the cores) unless it is cached."""
     files = corpus_files(corpus)
-    if all(f.stat().st_size == 0 for f in files):
+    if files and all(f.stat().st_size == 0 for f in files):
         raise UserError(f"corpus {corpus} is empty; it needs text, one sentence per line")
-    data_dir = pathlib.Path(cache_dir or default_cache_dir()) / cache_key(files, tokenizer_path)
-    builder = TextCorpus(files=files, tokenizer=tokenizer, data_dir=str(data_dir), file_format="array_record")
-    if not builder.is_prepared():
-        stray = check_text(files)
+    data_dir = pathlib.Path(cache_dir or default_cache_dir()) / cache_key(corpus, files, tokenizer_path)
+    meta_path = data_dir / prepare_lib.META
+    if not meta_path.exists():
+        workers = workers or prepare_lib.default_workers()
+        stray = _check_files(files, workers)
         if stray:
             log(f"corpus {corpus}: replaced {stray} NUL or invalid UTF-8 sequence(s) (under {NOT_TEXT_FRACTION:.0%} "
                 "of the text, so kept as text)")
-        log(f"tokenizing corpus {corpus} into {data_dir} (once; later runs reuse it)")
-        tfds.disable_progress_bar()
-        builder.download_and_prepare()
-    out = {}
-    for split in ("train", "validation"):
-        source = builder.as_data_source(split=split)
-        records = sorted((source[i] for i in range(len(source))), key=lambda r: int(r["doc_index"]))
-        out[split] = [np.split(r["token_ids"], np.cumsum(r["sentence_lengths"])[:-1]) for r in records]
-    return out
+        log(f"tokenizing corpus {corpus} into {data_dir} with {workers} process(es) (once; later runs reuse it)")
+        prepare_lib.prepare(prepare_lib.plan(corpus, files), tokenizer, data_dir, workers=workers, progress=progress)
+    meta = json.loads(meta_path.read_text())
+    total = sum(meta["documents"])
+    if total < MIN_DOCUMENTS:
+        raise UserError(
+            f"corpus {corpus} has {total} document(s); pretraining needs at least {MIN_DOCUMENTS} "
+            "(one sentence per line, a blank line between documents)"
+        )
+    shards = [(str(data_dir / name), n) for name, n in zip(meta["shards"], meta["documents"]) if n]
+    paths, counts = [p for p, _ in shards], [n for _, n in shards]
+    return {split: Documents(paths, counts, split) for split in ("train", "validation")}

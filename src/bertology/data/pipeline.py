@@ -1,24 +1,37 @@
-"""From tokenized documents to global training batches, deterministically.
+"""From tokenized documents to global training batches, streamed, deterministically.
 
-The stream is a sequence of *passes* over the training documents. Pass p is built from
-`(seed, p)` alone: the objective's transform (`data.objective`, `transforms.py`) makes its
-instances, which are shuffled and, for a transform that corrupts once per pass (static masking),
-corrupted once. Static masking reuses pass p mod dupe_factor (the transform's `copies`), so
-exactly dupe_factor differently masked copies of the data exist, as in BERT's
-create_pretraining_data.py. Dynamic masking (RoBERTa) builds fresh pairs each pass and draws
-fresh masks for each batch from `(seed, step)`.
+The stream is a sequence of *passes* over the training documents, and each pass a sequence of
+*windows* of `data.window_documents` documents (default `WINDOW_DOCUMENTS`). Pass p visits the
+documents in a global random order drawn from `(seed, p)` by grain's `index_shuffle` (a
+permutation evaluated index by index, so no O(corpus) array of indices exists). Window w of pass p
+is built from `(seed, p, w)` alone: its documents are read from the shards, the objective's
+transform (`data.objective`, `transforms.py`) makes their instances, which are shuffled and, for a
+transform that corrupts once per pass (static masking), corrupted once. Memory is one window's
+instances plus the prefetched batches, whatever the corpus size.
 
-The iterator state is three integers (pass, offset, step); it is saved with each checkpoint, so
-a resumed run sees exactly the batches an uninterrupted run would. Every process computes the
-same global batch order and keeps only its own rows.
+Static masking reuses pass p mod dupe_factor (the transform's `copies`) for the order, the
+instances and the masks, so exactly dupe_factor differently masked copies of the data exist, as
+in BERT's create_pretraining_data.py, and each example's mask is a pure function of (seed, copy,
+window, example). A corpus that fits one window is streamed exactly as whole in-memory passes
+were (window 0 takes the pass's random streams, and its documents are read in corpus order), so
+results on small corpora carry over. Dynamic masking (RoBERTa) builds fresh pairs each pass and draws fresh masks for
+each batch from `(seed, step)`.
+
+The iterator state is four integers (pass, window, offset, step); it is saved with each
+checkpoint, so a resumed run sees exactly the batches an uninterrupted run would, also after a
+kill between checkpoints. Every process computes the same global batch and keeps its rows. A
+background thread builds the next `prefetch` batches while the devices compute.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from typing import Sequence
 
 import ml_collections
 import numpy as np
+from grain.experimental import index_shuffle
 
 from bertology.data import transforms
 from bertology.data.tokenizers import Tokenizer
@@ -26,7 +39,10 @@ from bertology.data.transforms import Batch, Document
 from bertology.errors import UserError
 
 # Stream ids keep the random streams of different purposes independent for the same seed.
-_PAIRS, _SHUFFLE, _MASK, _EVAL = 1, 2, 3, 4
+_PAIRS, _SHUFFLE, _MASK, _EVAL, _ORDER = 1, 2, 3, 4, 5
+WINDOW_DOCUMENTS = 2048  # documents per window: BERT's random next sentences come from within it
+PREFETCH = 2  # batches built ahead by the background thread
+_ROUNDS = 4  # index_shuffle's Feistel rounds (grain's default for its global shuffle)
 
 
 def _rng(seed: int, *stream: int) -> np.random.Generator:
@@ -35,8 +51,8 @@ def _rng(seed: int, *stream: int) -> np.random.Generator:
 
 def make_instances(documents: Sequence[Document], cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
                    rng: np.random.Generator) -> Batch:
-    """Uncorrupted instances of one pass for the config's data.objective, in the transform's
-    order (what a pass of the stream is built from; the benchmarks measure it alone)."""
+    """Uncorrupted instances of some documents for the config's data.objective, in the
+    transform's order (what a window of the stream is built from; the benchmarks measure it alone)."""
     return transforms.make(cfg, tokenizer).instances(documents, rng)
 
 
@@ -53,68 +69,155 @@ class PretrainingStream:
         seed: int,
         process_index: int = 0,
         process_count: int = 1,
+        prefetch: int = PREFETCH,
     ):
         self.transform = transforms.make(cfg, tokenizer)
         if batch_size % process_count:
             raise UserError(f"batch_size {batch_size} is not divisible by the {process_count} processes")
+        if not len(documents):
+            raise UserError("the corpus has no training documents; give it more text")
+        self.window = int(cfg.get("window_documents", WINDOW_DOCUMENTS))
+        if self.window < 2:
+            raise UserError(f"data.window_documents={self.window} is too small; use at least 2 (default "
+                            f"{WINDOW_DOCUMENTS})")
         self.documents = documents
-        self.tokenizer = tokenizer
-        self.cfg = cfg
+        # corpus.Documents reads a window's records in one call; a plain sequence one by one
+        self._read = getattr(documents, "read", None) or (lambda indices: [documents[i] for i in indices])
         self.batch_size = batch_size
         self.seed = seed
+        self.prefetch = prefetch
         rows = batch_size // process_count
         self.rows = slice(process_index * rows, (process_index + 1) * rows)
-        self.state = {"pass": 0, "offset": 0, "step": 0}
-        self._pass_id: int | None = None
-        self._pass: Batch = {}
+        self.windows = -(-len(documents) // self.window)  # per pass
+        self.state = {"pass": 0, "window": 0, "offset": 0, "step": 0}
+        self._cursor = dict(self.state)  # where the producer is (ahead of `state` by the prefetched batches)
+        self._cached: tuple[tuple[int, int], Batch] | None = None
+        self._whole: list[Document] | None = None  # the documents of a one-window corpus
+        self._thread: threading.Thread | None = None
+        self._queue: queue.Queue = queue.Queue(max(prefetch, 1))
+        self._stop = threading.Event()
 
-    def _build_pass(self, p: int) -> Batch:
-        """Pass p: shuffled instances, corrupted now unless the transform corrupts each batch."""
+    def _source(self, p: int) -> int:
+        """The pass whose order, instances and masks pass p repeats (p itself unless `copies`)."""
+        copies = self.transform.copies
+        return p % copies if copies else p
+
+    def window_documents(self, p: int, w: int) -> list[int]:
+        """Indices of the documents of window w of pass p: a slice of the pass's global order,
+        read in corpus order (nearby records; the instances are shuffled afterwards)."""
+        n = len(self.documents)
+        if self.windows == 1:  # the whole corpus, in corpus order: no shuffle to evaluate
+            return list(range(n))
+        key = int(np.random.SeedSequence([self.seed, _ORDER, self._source(p)]).generate_state(1)[0])
+        return sorted(index_shuffle(j, max_index=n - 1, seed=key, rounds=_ROUNDS)
+                      for j in range(w * self.window, min((w + 1) * self.window, n)))
+
+    def _build_pass(self, p: int, w: int = 0) -> Batch:
+        """Window w of pass p (the whole pass when the corpus fits one window): its shuffled
+        instances, corrupted now unless the transform corrupts each batch."""
         transform = self.transform
-        source = p % transform.copies if transform.copies else p
-        inst = transform.instances(self.documents, _rng(self.seed, _PAIRS, source))
-        if len(inst["input_ids"]) == 0:
-            raise UserError("the corpus produced no training instances; give it more text")
-        order = _rng(self.seed, _SHUFFLE, source).permutation(len(inst["input_ids"]))
+        key = (self._source(p), *([w] if w else []))  # window 0 keeps a whole pass's key (see the module)
+        docs = self._window_docs(p, w)
+        inst = transform.instances(docs, _rng(self.seed, _PAIRS, *key))
+        order = _rng(self.seed, _SHUFFLE, *key).permutation(len(inst["input_ids"]))
         inst = {k: v[order] for k, v in inst.items()}
-        if not transform.per_batch:
-            inst = transform.corrupt(inst, _rng(self.seed, _MASK, source))
+        if not transform.per_batch and len(order):
+            inst = transform.corrupt(inst, _rng(self.seed, _MASK, *key))
         return inst
 
-    def _current_pass(self) -> Batch:
-        if self._pass_id != self.state["pass"]:
-            self._pass = self._build_pass(self.state["pass"])
-            self._pass_id = self.state["pass"]
-        return self._pass
+    def _window_docs(self, p: int, w: int) -> list[Document]:
+        """The documents of window w of pass p. A corpus that fits one window is read once and
+        kept: every pass reads the same documents, and they are no more than a window's worth."""
+        if self.windows > 1:
+            return self._read(self.window_documents(p, w))
+        if self._whole is None:
+            self._whole = self._read(self.window_documents(p, w))
+        return self._whole
+
+    def _window_at(self, p: int, w: int) -> Batch:
+        if self._cached is None or self._cached[0] != (p, w):
+            self._cached = ((p, w), self._build_pass(p, w))
+        return self._cached[1]
+
+    def _make_batch(self, cursor: dict[str, int]) -> Batch:
+        """The global batch at `cursor`, advancing it."""
+        parts: list[Batch] = []
+        need, empty = self.batch_size, 0
+        while need:
+            inst = self._window_at(cursor["pass"], cursor["window"])
+            n = len(inst["input_ids"])
+            lo = cursor["offset"]
+            take = min(need, n - lo)
+            if take:
+                parts.append({k: v[lo : lo + take] for k, v in inst.items()})
+            need -= take
+            cursor["offset"] += take
+            empty = 0 if n else empty + 1
+            if empty > self.windows:
+                raise UserError("the corpus produced no training instances; give it more text")
+            if cursor["offset"] == n:
+                cursor["offset"] = 0
+                cursor["window"] += 1
+                if cursor["window"] == self.windows:
+                    cursor["window"] = 0
+                    cursor["pass"] += 1
+        batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        if self.transform.per_batch:
+            batch = self.transform.corrupt(batch, _rng(self.seed, _MASK, cursor["step"]))
+        cursor["step"] += 1
+        return {k: v[self.rows] for k, v in batch.items()}
+
+    def _produce(self) -> None:
+        """The background thread: batches with the state after each, until stopped."""
+        while not self._stop.is_set():
+            try:
+                item = (self._make_batch(self._cursor), dict(self._cursor))
+            except BaseException as e:  # handed to the consumer, which raises it
+                item = e
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, BaseException):
+                return
 
     def __iter__(self):
         return self
 
     def __next__(self) -> Batch:
-        parts: list[Batch] = []
-        need = self.batch_size
-        while need:
-            inst = self._current_pass()
-            n = len(inst["input_ids"])
-            take = min(need, n - self.state["offset"])
-            lo = self.state["offset"]
-            parts.append({k: v[lo : lo + take] for k, v in inst.items()})
-            need -= take
-            self.state["offset"] += take
-            if self.state["offset"] == n:
-                self.state["pass"] += 1
-                self.state["offset"] = 0
-        batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        if self.transform.per_batch:
-            batch = self.transform.corrupt(batch, _rng(self.seed, _MASK, self.state["step"]))
-        self.state["step"] += 1
-        return {k: v[self.rows] for k, v in batch.items()}
+        if not self.prefetch:
+            batch = self._make_batch(self._cursor)
+            self.state = dict(self._cursor)
+            return batch
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._produce, name="batch-prefetch", daemon=True)
+            self._thread.start()
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            self._halt()
+            raise item
+        batch, self.state = item
+        return batch
+
+    def _halt(self) -> None:
+        """Stop the producer and drop what it built ahead."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        self._queue = queue.Queue(max(self.prefetch, 1))
 
     def get_state(self) -> dict[str, int]:
         return dict(self.state)
 
     def set_state(self, state: dict[str, int]) -> None:
-        self.state = {k: int(state[k]) for k in ("pass", "offset", "step")}
+        """Continue from `state` (a checkpoint's; one without "window" is a window-less pass start)."""
+        self._halt()
+        self.state = {k: int(state.get(k, 0)) for k in ("pass", "window", "offset", "step")}
+        self._cursor = dict(self.state)
 
 
 def eval_batches(
@@ -127,13 +230,19 @@ def eval_batches(
     seed: int,
 ) -> list[Batch]:
     """A fixed list of held-out batches (corrupted once, e.g. masked), so eval numbers compare
-    across steps and runs."""
+    across steps and runs. Made from the first held-out documents that give enough instances
+    (doubling from 64), not the whole split, which grows with the corpus."""
     transform = transforms.make(cfg, tokenizer)
-    inst = transform.instances(documents, _rng(seed, _EVAL, 0))
-    n = len(inst["input_ids"])
+    need, k = batch_size * num_batches, min(64, len(documents))
+    while True:
+        inst = transform.instances([documents[i] for i in range(k)], _rng(seed, _EVAL, 0))
+        n = len(inst["input_ids"])
+        if n >= need or k == len(documents):
+            break
+        k = min(2 * k, len(documents))
     if n == 0:
         raise UserError("the validation split produced no instances; give the corpus more documents")
-    idx = np.arange(batch_size * num_batches) % n
+    idx = np.arange(need) % n
     inst = {k: v[idx] for k, v in inst.items()}
     inst = transform.corrupt(inst, _rng(seed, _EVAL, 1))
     return [{k: v[i * batch_size : (i + 1) * batch_size] for k, v in inst.items()} for i in range(num_batches)]

@@ -126,7 +126,8 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
                         "teacher's")
     config.data.vocab = str(vocab_path)
     corpus = config.data.corpus or embedded_corpus_path()
-    docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log)
+    docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log,
+                                     progress=jax.process_index() == 0)  # documents stay on disk, read by index
     family = models.family(config.model.family)
     transform = transforms.make(config.data, tokenizer)
     if transform.contiguous:
@@ -134,7 +135,7 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
     else:
         (stream, evals), carry = shuffled_data(config, tokenizer, docs), None
     first = next(stream)
-    stream.set_state({"pass": 0, "offset": 0, "step": 0})
+    stream.set_state({"pass": 0, "window": 0, "offset": 0, "step": 0})
 
     def start_params(fresh: Any) -> Any:
         """A new run's parameters: the init checkpoint's, else (a distillation student) the teacher's
