@@ -317,7 +317,8 @@ class Dropout(nn.Module):
     unrelated streams, not shifted copies. Each 32-bit word gives two 16-bit draws and an element
     is dropped when its draw is below round(rate · 2^16): the rate is kept to within 2^-17 and the
     kept elements are scaled by 2^16 / (2^16 - threshold), so the expectation is exact. The draw
-    depends on the element's index in the whole array only, so a sharded array gets the same mask.
+    depends on the element's index in the whole array only, so a sharded array gets the same mask
+    (indices are 32-bit: an array of more than 2^33 elements would repeat its mask).
     """
 
     rate: float
