@@ -44,3 +44,50 @@ def test_contiguous_lm_lanes_continue_one_stream_with_next_token_targets():
     assert (weights == 1.0).all()
     lane = ids.reshape(3, -1)
     np.testing.assert_array_equal(lane[0, 1:], stream[offset[0, 0, 0] + 1: offset[0, 0, 0] + lane.shape[1]])
+
+
+def _run(name: str, workdir: pathlib.Path, steps: int, **model) -> dict:
+    """A small `name` run on the embedded corpus: segments of 32 tokens, 8 lanes, checkpoint at half."""
+    from bertology.train.loop import train
+
+    c = get_config(name)
+    c.update(batch_size=8, total_steps=steps, log_every=1, eval_every=0, checkpoint_every=steps // 2, seed=3)
+    c.model.update(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, max_position_embeddings=32,
+                   **model)
+    c.data.max_seq_length = 32
+    if name == "xlnet":
+        c.data.update(reuse_len=16, perm_size=16, num_predict=6)
+        c.model.reuse_len = 16
+    c.optimizer.update(learning_rate=3e-3, warmup_steps=3)
+    return train(c, workdir)
+
+
+SETTINGS = {"transfo_xl": dict(mem_len=32), "xlnet": dict(mem_len=24)}
+
+
+@pytest.fixture(scope="module", params=sorted(SETTINGS))
+def whole(request, tmp_path_factory):
+    """(family, workdir, result) of one uninterrupted 24-step run."""
+    root = tmp_path_factory.mktemp(request.param)
+    return request.param, root, _run(request.param, root / "whole", 24, **SETTINGS[request.param])
+
+
+def test_loss_falls_on_embedded_corpus(whole):
+    name, _, result = whole
+    losses = [h["lm_loss"] for h in result["history"]]
+    assert losses[0] > np.log(8192) - 0.5  # near uniform over the 8k vocabulary at the start
+    assert np.mean(losses[-4:]) < losses[0] - 0.5, losses
+
+
+def test_killed_run_resumes_exactly_with_its_memory(whole):
+    """The run killed after its checkpoint at step 12 (its later checkpoint removed) and rerun
+    gives the losses and memory of the uninterrupted run."""
+    name, root, result = whole
+    shutil.copytree(root / "whole", root / "killed")
+    shutil.rmtree(root / "killed" / "checkpoints" / "24")
+    second = _run(name, root / "killed", 24, **SETTINGS[name])
+    assert [h["step"] for h in second["history"]] == list(range(13, 25))
+    assert [h["loss"] for h in second["history"]] == [h["loss"] for h in result["history"][12:]]
+    carry, expected = jax.device_get(second["state"]["carry"]), jax.device_get(result["state"]["carry"])
+    jax.tree.map(np.testing.assert_array_equal, carry, expected)
+    assert np.abs(expected["memory"]).max() > 0 and expected["memory_mask"].all()  # memory was carried
