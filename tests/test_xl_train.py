@@ -91,3 +91,32 @@ def test_killed_run_resumes_exactly_with_its_memory(whole):
     carry, expected = jax.device_get(second["state"]["carry"]), jax.device_get(result["state"]["carry"])
     jax.tree.map(np.testing.assert_array_equal, carry, expected)
     assert np.abs(expected["memory"]).max() > 0 and expected["memory_mask"].all()  # memory was carried
+
+
+def test_xlnet_summary_is_the_last_token_and_left_padding_leaves_it_unchanged():
+    """What fine-tuning reads from XLNet (`sequence`, `pooled`): padding on the left, as the
+    reference fine-tunes, moves no real token's relative distances, so the summary `<cls>` (the
+    last position) and every real position read the same as the unpadded row."""
+    from bertology import models
+
+    c = get_config("xlnet")
+    c.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=50, mem_len=0,
+                   reuse_len=0, bi_data=False)
+    model = models.build(c.model)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, 50, (1, 7)).astype(np.int32)
+    segments = np.array([[0, 0, 0, 1, 1, 1, 2]], np.int32)
+    pad = 5
+    padded = {"input_ids": np.concatenate([np.zeros((1, pad), np.int32), ids], 1),
+              "segment_ids": np.concatenate([np.zeros((1, pad), np.int32), segments], 1),
+              "input_mask": np.concatenate([np.zeros((1, pad), np.int32), np.ones_like(ids)], 1)}
+    params = model.init(jax.random.PRNGKey(0), padded)["params"]
+    short = model.apply({"params": params}, {"input_ids": ids, "segment_ids": segments, "input_mask": np.ones_like(ids)})
+    long = model.apply({"params": params}, padded)
+    np.testing.assert_allclose(long["pooled"], short["sequence"][:, -1], atol=1e-5)
+    np.testing.assert_allclose(long["sequence"][:, pad:], short["sequence"], atol=1e-5)
+    # the summary reads the whole row: another first token changes it
+    changed = padded["input_ids"].copy()
+    changed[0, pad] = ids[0, 0] % 49 + 1
+    other = model.apply({"params": params}, {**padded, "input_ids": changed})
+    assert np.abs(other["pooled"] - long["pooled"]).max() > 1e-4
