@@ -120,3 +120,10 @@ def test_xlnet_summary_is_the_last_token_and_left_padding_leaves_it_unchanged():
     changed[0, pad] = ids[0, 0] % 49 + 1
     other = model.apply({"params": params}, {**padded, "input_ids": changed})
     assert np.abs(other["pooled"] - long["pooled"]).max() > 1e-4
+
+
+def test_without_memory_the_run_keeps_no_carry_and_checkpoints(tmp_path):
+    """mem_len 0 (the baseline of the memory's effect): nothing is carried, so the train state
+    has no carry and its checkpoints hold no empty arrays."""
+    result = _run("transfo_xl", tmp_path, 4, mem_len=0)
+    assert "carry" not in result["state"] and sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
