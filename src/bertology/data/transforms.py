@@ -789,3 +789,26 @@ class XLNetRows(Transform):
                    targets=np.stack(targets).astype(np.int32).reshape(*lead, p),
                    target_weights=np.stack(weights).reshape(*lead, p))
         return out
+
+
+@register("contiguous_lm")
+class ContiguousLM(Transform):
+    """Transformer-XL's lanes (kimiyoung/transformer-xl `LMOrderedIterator`): the documents in
+    order, each its sentences followed by the tokenizer's eos, as one token stream in which every
+    token predicts the next, across sentence, document and segment boundaries (the memory carries
+    the context over a segment boundary; only the stream's last token has no target). `lanes.cut`
+    cuts it into data.max_seq_length-token segments of `lanes` lanes.
+
+    Keys [lanes, steps, length]: input_ids, targets, target_weights (1.0 but at the stream's end).
+    No input_mask: every position is a real token."""
+
+    contiguous = True
+
+    def instances(self, documents: Sequence[Document], rng: np.random.Generator, lanes_: int) -> Batch:
+        eos = np.array([self.tokenizer.eos_id])
+        pieces = [np.concatenate([*[s for s in doc if len(s)], eos]) for doc in documents if any(len(s) for s in doc)]
+        if not pieces:
+            raise UserError("the corpus holds no text; give it some")
+        ids = np.concatenate(pieces).astype(np.int32)[None]
+        stream = {"input_ids": ids, **next_token_targets(ids, np.ones_like(ids))}
+        return lanes.cut({k: v[0] for k, v in stream.items()}, lanes_, self.cfg.max_seq_length, rng)

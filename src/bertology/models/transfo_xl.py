@@ -86,9 +86,11 @@ def build(model_config: ml_collections.ConfigDict | dict) -> Model:
     return Model(config(model_config), recurrence(model_config, EXTRA_KEYS))
 
 
-def initial_carry(model_config: ml_collections.ConfigDict | dict, batch_size: int) -> dict[str, jax.Array]:
-    """Per-layer memory zeros [batch, layers, mem_len, d] and its mask: no memory yet."""
-    return _initial_carry(config(model_config), recurrence(model_config, EXTRA_KEYS), batch_size)
+def initial_carry(model_config: ml_collections.ConfigDict | dict, batch_size: int) -> dict[str, jax.Array] | None:
+    """Per-layer memory zeros [batch, layers, mem_len, d] and its mask: no memory yet. None with
+    mem_len 0: nothing crosses batches, so the run keeps no carry (and checkpoints no empty arrays)."""
+    xl = recurrence(model_config, EXTRA_KEYS)
+    return _initial_carry(config(model_config), xl, batch_size) if xl.mem_len else None
 
 
 def trunk(params: dict) -> dict:

@@ -1,0 +1,129 @@
+"""Transformer-XL and XLNet trained end to end through the pretraining loop on the embedded corpus:
+the contiguous LM lanes continue one token stream, both families' losses fall, and a run killed
+after a checkpoint and resumed equals an uninterrupted one, losses and carried memory."""
+
+import importlib.util
+import pathlib
+import shutil
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from bertology.data import lanes
+from bertology.data.embedded import BYTE_BPE_VOCAB
+from bertology.data.tokenizers import load_tokenizer
+from bertology.data.transforms import make
+
+CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
+
+
+def get_config(name: str, preset: str = "tiny") -> ml_collections.ConfigDict:
+    spec = importlib.util.spec_from_file_location(name, CONFIGS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(preset)
+
+
+def test_contiguous_lm_lanes_continue_one_stream_with_next_token_targets():
+    tok = load_tokenizer(BYTE_BPE_VOCAB)
+    rng = np.random.default_rng(0)
+    docs = [[rng.integers(5, 300, n) for n in rng.integers(0, 9, 3)] for _ in range(40)] + [[np.zeros(0, int)]]
+    transform = make(ml_collections.ConfigDict({"objective": "contiguous_lm", "max_seq_length": 5}), tok)
+    assert transform.contiguous
+    out = transform.instances(docs, np.random.default_rng(1), 3)
+    # the stream as the reference builds it: each document's sentences then eos, empty ones dropped
+    stream = np.concatenate([np.concatenate([*d, [tok.eos_id]]) for d in docs if sum(map(len, d))])
+    offset = lanes.cut({"i": np.arange(len(stream))}, 3, 5, np.random.default_rng(1))["i"]
+    ids, targets, weights = out["input_ids"], out["targets"], out["target_weights"]
+    assert ids.shape == targets.shape == weights.shape == offset.shape and ids.dtype == np.int32
+    np.testing.assert_array_equal(ids, stream[offset])
+    # every token predicts the next of the stream, across sentences, documents and segments
+    np.testing.assert_array_equal(targets, stream[offset + 1])
+    assert (weights == 1.0).all()
+    lane = ids.reshape(3, -1)
+    np.testing.assert_array_equal(lane[0, 1:], stream[offset[0, 0, 0] + 1: offset[0, 0, 0] + lane.shape[1]])
+
+
+def _run(name: str, workdir: pathlib.Path, steps: int, **model) -> dict:
+    """A small `name` run on the embedded corpus: segments of 32 tokens, 8 lanes, checkpoint at half."""
+    from bertology.train.loop import train
+
+    c = get_config(name)
+    c.update(batch_size=8, total_steps=steps, log_every=1, eval_every=0, checkpoint_every=steps // 2, seed=3)
+    c.model.update(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, max_position_embeddings=32,
+                   **model)
+    c.data.max_seq_length = 32
+    if name == "xlnet":
+        c.data.update(reuse_len=16, perm_size=16, num_predict=6)
+        c.model.reuse_len = 16
+    c.optimizer.update(learning_rate=3e-3, warmup_steps=3)
+    return train(c, workdir)
+
+
+SETTINGS = {"transfo_xl": dict(mem_len=32), "xlnet": dict(mem_len=24)}
+
+
+@pytest.fixture(scope="module", params=sorted(SETTINGS))
+def whole(request, tmp_path_factory):
+    """(family, workdir, result) of one uninterrupted 24-step run."""
+    root = tmp_path_factory.mktemp(request.param)
+    return request.param, root, _run(request.param, root / "whole", 24, **SETTINGS[request.param])
+
+
+def test_loss_falls_on_embedded_corpus(whole):
+    name, _, result = whole
+    losses = [h["lm_loss"] for h in result["history"]]
+    assert losses[0] > np.log(8192) - 0.5  # near uniform over the 8k vocabulary at the start
+    assert np.mean(losses[-4:]) < losses[0] - 0.5, losses
+
+
+def test_killed_run_resumes_exactly_with_its_memory(whole):
+    """The run killed after its checkpoint at step 12 (its later checkpoint removed) and rerun
+    gives the losses and memory of the uninterrupted run."""
+    name, root, result = whole
+    shutil.copytree(root / "whole", root / "killed")
+    shutil.rmtree(root / "killed" / "checkpoints" / "24")
+    second = _run(name, root / "killed", 24, **SETTINGS[name])
+    assert [h["step"] for h in second["history"]] == list(range(13, 25))
+    assert [h["loss"] for h in second["history"]] == [h["loss"] for h in result["history"][12:]]
+    carry, expected = jax.device_get(second["state"]["carry"]), jax.device_get(result["state"]["carry"])
+    jax.tree.map(np.testing.assert_array_equal, carry, expected)
+    assert np.abs(expected["memory"]).max() > 0 and expected["memory_mask"].all()  # memory was carried
+
+
+def test_xlnet_summary_is_the_last_token_and_left_padding_leaves_it_unchanged():
+    """What fine-tuning reads from XLNet (`sequence`, `pooled`): padding on the left, as the
+    reference fine-tunes, moves no real token's relative distances, so the summary `<cls>` (the
+    last position) and every real position read the same as the unpadded row."""
+    from bertology import models
+
+    c = get_config("xlnet")
+    c.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=50, mem_len=0,
+                   reuse_len=0, bi_data=False)
+    model = models.build(c.model)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, 50, (1, 7)).astype(np.int32)
+    segments = np.array([[0, 0, 0, 1, 1, 1, 2]], np.int32)
+    pad = 5
+    padded = {"input_ids": np.concatenate([np.zeros((1, pad), np.int32), ids], 1),
+              "segment_ids": np.concatenate([np.zeros((1, pad), np.int32), segments], 1),
+              "input_mask": np.concatenate([np.zeros((1, pad), np.int32), np.ones_like(ids)], 1)}
+    params = model.init(jax.random.PRNGKey(0), padded)["params"]
+    short = model.apply({"params": params}, {"input_ids": ids, "segment_ids": segments, "input_mask": np.ones_like(ids)})
+    long = model.apply({"params": params}, padded)
+    np.testing.assert_allclose(long["pooled"], short["sequence"][:, -1], atol=1e-5)
+    np.testing.assert_allclose(long["sequence"][:, pad:], short["sequence"], atol=1e-5)
+    # the summary reads the whole row: another first token changes it
+    changed = padded["input_ids"].copy()
+    changed[0, pad] = ids[0, 0] % 49 + 1
+    other = model.apply({"params": params}, {**padded, "input_ids": changed})
+    assert np.abs(other["pooled"] - long["pooled"]).max() > 1e-4
+
+
+def test_without_memory_the_run_keeps_no_carry_and_checkpoints(tmp_path):
+    """mem_len 0 (the baseline of the memory's effect): nothing is carried, so the train state
+    has no carry and its checkpoints hold no empty arrays."""
+    result = _run("transfo_xl", tmp_path, 4, mem_len=0)
+    assert "carry" not in result["state"] and sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
