@@ -15,6 +15,9 @@ Transforms here:
   in one batch) with n-gram masked-LM corruption.
 - `span_corruption`, `bart`, `mass`: encoder-decoder denoising (T5 and its objective table, BART,
   MASS) with the rules of `noising.py`.
+- `bilm`, `contiguous_lm`, `xlnet` (contiguous, `data/lanes.py`): ELMo's forward and backward
+  word streams, Transformer-XL's token stream, and XLNet's [reuse | A <sep> B <sep> <cls>] rows with
+  permutation masks (`permutation.py`), each as lanes that recurrent state carries across.
 
 Encoder-decoder rows share one layout: encoder `input_ids`, `input_mask` [rows, Ls]; decoder
 `decoder_input_ids`, `decoder_input_mask` [rows, Lt] (the targets shifted right behind
