@@ -16,13 +16,14 @@ and widens the two-row segment table to six rows as unilm-v1's `from_pretrained`
 loop's `init_checkpoint` adopts only a checkpoint of the config's own family; for a BERT
 checkpoint it has to keep this config's model block and start from `from_bert(saved, fresh)`.)
 
-`greedy_seq2seq` decodes a target for a source the UniLM way: the next token is the MLM
-prediction at a `[MASK]` appended after the tokens so far, under the sequence-to-sequence mask.
+`bertology.generation` decodes a target for a source the UniLM way (greedy, sampled or beam
+search): the next token is the MLM prediction at a `[MASK]` appended after the tokens so far,
+under the sequence-to-sequence mask, against the KV cache (`next_token`, `seq2seq_batch`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -103,54 +104,3 @@ def seq2seq_batch(ids: jax.Array, mask: jax.Array, positions: jax.Array, source_
             "segment_ids": jnp.where(slots < source_length, source, target).astype(jnp.int32),
             "mask_kind": jnp.full((rows,), SEQ2SEQ, jnp.int32),
             "prefix_length": jnp.full((rows,), source_length, jnp.int32)}
-
-
-def greedy_seq2seq(model: Model, params: Any, input_ids: np.ndarray, input_mask: np.ndarray, *, max_length: int,
-                   mask_id: int, eos_id: int, pad_id: int = 0) -> np.ndarray:
-    """Greedy targets [batch, max_length] for left-padded sources ([batch, S]: `[CLS] source
-    [SEP]` ending at the last slot, `input_mask` 0 on the padding), with the KV cache.
-
-    Step t feeds the previous target token and a `[MASK]` at the next slot (positions continue
-    each row's own count, `cumsum(mask) - 1`), reads the MLM prediction at the `[MASK]`, and
-    then rewinds the cache index by one so the next step overwrites the `[MASK]` with the token
-    chosen for it: the cache only ever holds source and real target tokens, as unilm-v1's
-    decoder keeps. Tokens after a row's `eos_id` are `pad_id`.
-    """
-    rows, source_length = input_ids.shape
-    total = source_length + max_length
-    positions = np.maximum(np.cumsum(input_mask, axis=1) - 1, 0).astype(np.int32)
-    ids = jnp.asarray(input_ids, jnp.int32)
-    mask = jnp.asarray(input_mask, jnp.int32)
-    next_position = jnp.asarray(input_mask.sum(axis=1), jnp.int32)[:, None]  # the first target's position
-    blank = jnp.zeros((rows, total), jnp.int32)
-    cache = model.init(jax.random.key(0), seq2seq_batch(blank, blank, blank, source_length, jnp.arange(total)),
-                       method=Model.next_token)["cache"]
-    rewind: Callable[[Any], Any] = lambda c: jax.tree_util.tree_map_with_path(  # noqa: E731
-        lambda p, x: x - 1 if jax.tree_util.keystr(p).endswith("['index']") else x, c)
-
-    @jax.jit
-    def step(cache: Any, ids: jax.Array, mask: jax.Array, positions: jax.Array,
-             slots: jax.Array) -> tuple[jax.Array, Any]:
-        batch = seq2seq_batch(ids, mask, positions, source_length, slots)
-        logits, variables = model.apply({"params": params, "cache": cache}, batch, method=Model.next_token,
-                                        mutable=["cache"])
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32), rewind(variables["cache"])
-
-    masks = jnp.full((rows, 1), mask_id, jnp.int32)
-    ones = jnp.ones((rows, 1), jnp.int32)
-    token, cache = step(cache, jnp.concatenate([ids, masks], 1), jnp.concatenate([mask, ones], 1),
-                        jnp.concatenate([jnp.asarray(positions), next_position], 1), jnp.arange(source_length + 1))
-    out = [token]
-    for t in range(1, max_length):
-        fed = jnp.concatenate([token[:, None], masks], 1)
-        slots = source_length + t - 1 + jnp.arange(2)
-        token, cache = step(cache, fed, jnp.ones((rows, 2), jnp.int32), next_position + t - 1 + jnp.arange(2), slots)
-        out.append(token)
-    return after_eos(np.asarray(jnp.stack(out, 1)), eos_id, pad_id)
-
-
-def after_eos(tokens: np.ndarray, eos_id: int, pad_id: int) -> np.ndarray:
-    """`tokens` with everything after each row's first `eos_id` set to `pad_id`."""
-    seen = np.cumsum(tokens == eos_id, axis=1)
-    ended = (seen - (tokens == eos_id)) > 0
-    return np.where(ended, pad_id, tokens)

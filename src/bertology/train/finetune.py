@@ -28,7 +28,7 @@ from bertology.data.tokenizers import for_data, load_tokenizer
 from bertology.errors import UserError
 from bertology.data.transforms import seq2seq_rows
 from bertology.evaluation import outputs
-from bertology.generation import generate
+from bertology.generation import decoder_start_id, generate
 from bertology.models.presets import bert_preset
 from bertology.models.transformer import EncoderDecoder
 from bertology.models.tasks import MODES, TaskModel
@@ -307,11 +307,7 @@ def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, st
     if not isinstance(model, EncoderDecoder):
         raise UserError(f"task {config.task} needs an encoder-decoder (t5, bart) but the model is "
                         f"{model_config.family}; use configs/finetune/seq2seq.py's model or a BART/T5/MASS checkpoint")
-    start = data.get("decoder_start")
-    if start is None:
-        start = tokenizer.eos_id if data.get("objective") in ("bart", "mass") or model_config.family == "bart" \
-            else tokenizer.pad_id
-    return model, pretrained, tokenizer, str(data["vocab"]), int(start)
+    return model, pretrained, tokenizer, str(data["vocab"]), decoder_start_id(data, model_config.family, tokenizer)
 
 
 def seq2seq_arrays(examples: list[dict], tokenizer: Any, source_length: int, target_length: int,
