@@ -396,3 +396,37 @@ def test_beam_search_hypotheses_score_their_full_recompute_log_probabilities(uni
     assert len(lengths) > 1
     with pytest.raises(UserError, match="mask_id is UniLM's"):
         generate(model, params, ids, mask, max_new_tokens=steps)
+
+
+def test_finetuning_masks_70_percent_of_the_target_as_unilm_v1():
+    rng = np.random.default_rng(11)
+    n = 4000
+    sources = [rng.integers(5, 1000, rng.integers(1, 9)) for _ in range(n)]
+    targets = [rng.integers(5, 1000, rng.integers(1, 12)) for _ in range(n)]
+    rows = unilm.finetune_rows(sources, targets, 10, 12, TOK)
+    assert list(rows["input_ids"][0][: len(sources[0]) + len(targets[0]) + 3]) == \
+        [2, *sources[0], 3, *targets[0], 3]  # [CLS] source [SEP] target [SEP]
+    out = unilm.mask_targets(rows, np.random.default_rng(0), TOK, max_predictions=6)
+    lengths = np.array([len(t) + 1 for t in targets])  # the closing [SEP] is a target token
+    counts = out["masked_weights"].sum(1)
+    np.testing.assert_array_equal(counts, np.minimum(6, np.maximum(1, np.round(0.7 * lengths))))
+    rowsel, k = np.nonzero(out["masked_weights"])
+    pos = out["masked_positions"][rowsel, k]
+    prefix = rows["prefix_length"][rowsel]
+    assert (pos >= prefix).all() and (pos < prefix + lengths[rowsel]).all()  # only target slots
+    assert all(len(set(p[w > 0])) == w.sum() for p, w in zip(out["masked_positions"], out["masked_weights"]))
+    np.testing.assert_array_equal(out["masked_ids"][rowsel, k], rows["input_ids"][rowsel, pos])
+    source_slots = np.arange(22)[None] < rows["prefix_length"][:, None]
+    np.testing.assert_array_equal(out["input_ids"][source_slots], rows["input_ids"][source_slots])
+    # Uncapped rows (at most 8 target tokens: round(0.7 * 8) = 6): 70% of the target masked,
+    # the closing [SEP] as often as any other slot.
+    short = lengths <= 8
+    assert counts[short].sum() / lengths[short].sum() == pytest.approx(0.7, abs=0.03)
+    sep_masked = [(p[w > 0] == rows["prefix_length"][i] + lengths[i] - 1).any()
+                  for i, (p, w) in enumerate(zip(out["masked_positions"], out["masked_weights"])) if short[i]]
+    expected = np.mean(np.round(0.7 * lengths[short]) / lengths[short])
+    assert np.mean(sep_masked) == pytest.approx(expected, abs=0.03)
+    new = out["input_ids"][rowsel, pos]
+    original = rows["input_ids"][rowsel, pos]
+    assert np.mean(new == 4) == pytest.approx(0.8, abs=0.02)  # [MASK]
+    assert np.mean(new == original) == pytest.approx(0.1, abs=0.015)  # kept

@@ -104,3 +104,50 @@ def seq2seq_batch(ids: jax.Array, mask: jax.Array, positions: jax.Array, source_
             "segment_ids": jnp.where(slots < source_length, source, target).astype(jnp.int32),
             "mask_kind": jnp.full((rows,), SEQ2SEQ, jnp.int32),
             "prefix_length": jnp.full((rows,), source_length, jnp.int32)}
+
+
+# unilm-v1 run_seq2seq.py's fine-tuning (`--mask_prob 0.7`): the share of target tokens masked.
+TARGET_MASK_PROB = 0.7
+
+
+def finetune_rows(sources: list[np.ndarray], targets: list[np.ndarray], source_length: int, target_length: int,
+                  tokenizer: Any) -> dict[str, np.ndarray]:
+    """Sequence-to-sequence fine-tuning rows `[CLS] source [SEP] target [SEP]` (right-padded to
+    source_length + target_length; the source cut to source_length - 2 tokens, the target to
+    target_length - 1), with the segments, mask kind and prefix length of `seq2seq_batch`."""
+    rows = len(sources)
+    length = source_length + target_length
+    ids = np.full((rows, length), tokenizer.pad_id, np.int32)
+    prefix = np.zeros(rows, np.int32)
+    for i, (s, t) in enumerate(zip(sources, targets)):
+        a = [tokenizer.cls_id, *s[: source_length - 2], tokenizer.sep_id]
+        b = [*t[: target_length - 1], tokenizer.sep_id]
+        ids[i, : len(a) + len(b)] = a + b
+        prefix[i] = len(a)
+    mask = (np.arange(length)[None] < (ids != tokenizer.pad_id).sum(1)[:, None]).astype(np.int32)
+    source, target = UNILM_SEGMENTS["seq2seq"]
+    return {"input_ids": ids, "input_mask": mask,
+            "segment_ids": np.where(np.arange(length)[None] < prefix[:, None], source, target).astype(np.int32) * mask,
+            "mask_kind": np.full(rows, SEQ2SEQ, np.int32), "prefix_length": prefix}
+
+
+def mask_targets(rows: dict[str, np.ndarray], rng: np.random.Generator, tokenizer: Any, *, max_predictions: int,
+                 prob: float = TARGET_MASK_PROB) -> dict[str, np.ndarray]:
+    """`rows` (of `finetune_rows`) with target tokens masked for the MLM loss, as unilm-v1 fine-tunes:
+    per row min(max_predictions, max(1, round(prob · target tokens))) positions drawn uniformly
+    among the target's tokens (its closing [SEP] included, so the model learns to stop), each
+    replaced 80/10/10 by [MASK] / a random token / itself. The source is never masked."""
+    from bertology.data.masking import _corrupt
+
+    ids, real = rows["input_ids"], rows["input_mask"] > 0
+    slots = np.arange(ids.shape[1])[None]
+    target = real & (slots >= rows["prefix_length"][:, None])
+    count = np.minimum(max_predictions, np.maximum(1, np.round(prob * target.sum(1)))).astype(int)
+    keys = np.where(target, rng.random(ids.shape), 2.0)  # non-target slots sort last
+    order = np.argsort(keys, axis=1)[:, :max_predictions]
+    weights = np.arange(max_predictions)[None] < count[:, None]
+    positions = np.sort(np.where(weights, order, ids.shape[1]), axis=1)
+    positions, weights = np.where(positions < ids.shape[1], positions, 0).astype(np.int32), positions < ids.shape[1]
+    corrupted = _corrupt(ids, positions, weights, rng, vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
+                         special=np.asarray(sorted(tokenizer.special_ids)), mask_prob=0.8, random_prob=0.1)
+    return {**rows, **corrupted}
