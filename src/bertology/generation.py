@@ -394,6 +394,14 @@ def decoder_start_id(data: dict[str, Any], family: str, tokenizer: Any) -> int:
     return int(start)
 
 
+def frame_source(model: nn.Module, tokenizer: Any, ids: list[int], length: int | None = None) -> list[int]:
+    """A tokenized source as the model reads it (and fine-tuning trains it): closed with EOS for an
+    encoder-decoder, `[CLS] source [SEP]` for UniLM; cut so that it fits `length` tokens."""
+    if isinstance(model, unilm.Model):
+        return [tokenizer.cls_id, *ids[: None if length is None else length - 2], tokenizer.sep_id]
+    return ids[: None if length is None else length - 1] + [tokenizer.eos_id]
+
+
 def generate_text(checkpoint_dir: str | pathlib.Path, texts: list[str], *, sources: bool = False,
                   **options: Any) -> list[str]:
     """The generation for each text (up to the tokenizer's end) under the model of a run directory
@@ -426,12 +434,11 @@ def generate_text(checkpoint_dir: str | pathlib.Path, texts: list[str], *, sourc
         if not ids:
             raise UserError(f"{what} {i} ({text!r}) is empty; give some text to " + ("transduce" if sources else "continue"))
     eos = tokenizer.eos_id
+    if transducer:
+        encoded = [frame_source(model, tokenizer, e, config["data"].get("max_seq_length")) for e in encoded]
     if isinstance(model, EncoderDecoder):
-        longest = config["data"].get("max_seq_length") or max(map(len, encoded)) + 1
-        encoded = [e[: longest - 1] + [eos] for e in encoded]
         options["decoder_start_id"] = decoder_start_id(config["data"], family, tokenizer)
     elif isinstance(model, unilm.Model):
-        encoded = [[tokenizer.cls_id, *e, tokenizer.sep_id] for e in encoded]
         eos, options["mask_id"] = tokenizer.sep_id, tokenizer.mask_id
     width = max(map(len, encoded))
     ids = np.array([e + [0] * (width - len(e)) for e in encoded], np.int32)
