@@ -234,7 +234,7 @@ def test_bad_input_is_a_user_error():
 # ---------------------------------------------------------------- configs
 
 
-def load_gpt_config(preset: str, recipe: str = "gpt") -> ml_collections.ConfigDict:
+def load_recipe_config(preset: str, recipe: str = "gpt") -> ml_collections.ConfigDict:
     spec = importlib.util.spec_from_file_location(f"cfg_{recipe}", REPO / "configs" / f"{recipe}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -247,7 +247,7 @@ def load_gpt_config(preset: str, recipe: str = "gpt") -> ml_collections.ConfigDi
     ("gpt2_medium", 354_823_168),
 ])
 def test_presets_have_the_published_parameter_counts(preset, count):
-    config = load_gpt_config(preset)
+    config = load_recipe_config(preset)
     model = models.build(config.model)
     example = {"input_ids": np.ones((1, 4), np.int32), "input_mask": np.ones((1, 4), np.int32)}
     shapes = jax.eval_shape(lambda: nn.meta.unbox(model.init(jax.random.key(0), example)["params"]))
@@ -257,7 +257,7 @@ def test_presets_have_the_published_parameter_counts(preset, count):
 
 def test_unknown_preset_names_the_known_ones():
     with pytest.raises(UserError, match="known presets: tiny, gpt1, gpt2, gpt2_medium"):
-        load_gpt_config("gpt3")
+        load_recipe_config("gpt3")
 
 
 # ---------------------------------------------------------------- run directories and the CLI
@@ -276,7 +276,7 @@ def write_run(workdir: pathlib.Path, config: ml_collections.ConfigDict, params) 
 @pytest.fixture(scope="module")
 def gpt_run(tmp_path_factory):
     """configs/gpt.py:tiny with random parameters and the shipped byte-level BPE."""
-    config = load_gpt_config("tiny")
+    config = load_recipe_config("tiny")
     config.model.vocab_size = load_tokenizer(config.data.vocab).vocab_size
     model = models.build(config.model)
     example = {"input_ids": np.ones((1, 4), np.int32), "input_mask": np.ones((1, 4), np.int32)}
@@ -311,7 +311,7 @@ def test_cli_prints_every_sample(gpt_run):
 
 def random_run(workdir: pathlib.Path, recipe: str):
     """configs/<recipe>.py:tiny with random parameters, its tokenizer, and its model."""
-    config = load_gpt_config("tiny", recipe)
+    config = load_recipe_config("tiny", recipe)
     tokenizer = for_data(config.data)
     config.model.vocab_size = tokenizer.vocab_size
     model = models.build(config.model)
