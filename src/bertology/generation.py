@@ -160,8 +160,7 @@ def beam_search(model: nn.Module, params: Any, input_ids: np.ndarray, input_mask
                         f"{vocab}; lower num_beams")
     # Hugging Face divides by a Python float (a double, then rounded): the same table here.
     divisors = (np.arange(1, max_new_tokens + 1, dtype=np.float64) ** float(length_penalty)).astype(np.float32)
-    tokens, scores = _beam_loop(model, params, np.repeat(ids, num_beams, axis=0), np.repeat(mask, num_beams, axis=0),
-                                jnp.asarray(divisors), num_beams=num_beams, max_new_tokens=max_new_tokens,
+    tokens, scores = _beam_loop(model, params, ids, mask, jnp.asarray(divisors), num_beams=num_beams, max_new_tokens=max_new_tokens,
                                 eos_id=None if eos_id is None else int(eos_id), start_id=decoder_start_id,
                                 mask_id=mask_id, length_penalty=float(length_penalty), early_stopping=early_stopping)
     return Beams(np.asarray(tokens), np.asarray(scores))
@@ -204,9 +203,11 @@ def _inputs(model: nn.Module, input_ids: np.ndarray, input_mask: np.ndarray, max
 
 
 def _prime(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, max_new_tokens: int,
-           start_id: int | None,
-           mask_id: int | None) -> tuple[Any, jax.Array, Callable[[jax.Array, jax.Array], dict[str, jax.Array]]]:
-    """(the filled cache, the first token each row feeds, feed(token, step) -> the batch of one step).
+           start_id: int | None, mask_id: int | None,
+           copies: int = 1) -> tuple[Any, jax.Array, Callable[[jax.Array, jax.Array], dict[str, jax.Array]]]:
+    """(the filled cache, the first token each row feeds, feed(token, step) -> the batch of one
+    step), for `copies` consecutive rows per input (beam search's beams): the inputs are encoded
+    or prefilled once and the filled cache's rows repeated, not the inputs.
 
     Decoder-only: the prefill takes every prompt token but the last, and its logits are never
     read, so XLA drops the vocabulary projection of the whole prompt (at 16 tokens, batch 8 and
@@ -218,8 +219,12 @@ def _prime(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, max_n
     the first `[MASK]` (see the module docstring).
     """
     rows = ids.shape[0]
-    ones = jnp.ones((rows, 1), jnp.int32)
+    ones = jnp.ones((rows * copies, 1), jnp.int32)
     positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
+    last = jnp.repeat(positions[:, -1:], copies, axis=0)  # each fed row's last input position
+    expand = lambda cache: cache if copies == 1 else _reorder(  # noqa: E731
+        cache, jnp.repeat(jnp.arange(rows), copies), model.cfg.scan_layers)
+    first = jnp.repeat(ids[:, -1], copies)
     if isinstance(model, unilm.Model):
         source = ids.shape[1]
         blank = jnp.zeros((rows, source + max_new_tokens), jnp.int32)
@@ -232,10 +237,9 @@ def _prime(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, max_n
 
         def feed_pair(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
             fed = jnp.stack([token, jnp.full_like(token, mask_id)], axis=1)
-            return unilm.seq2seq_batch(fed, jnp.ones_like(fed), positions[:, -1:] + step + pair, source,
-                                       source - 1 + step + pair)
+            return unilm.seq2seq_batch(fed, jnp.ones_like(fed), last + step + pair, source, source - 1 + step + pair)
 
-        return _rewind(variables["cache"]), ids[:, -1], feed_pair
+        return expand(_rewind(variables["cache"])), first, feed_pair
 
     if isinstance(model, EncoderDecoder):
         slots = jnp.zeros((rows, max_new_tokens), jnp.int32)
@@ -245,7 +249,7 @@ def _prime(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, max_n
         def feed(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
             return {"decoder_input_ids": token[:, None], "decoder_input_mask": ones, "decoder_positions": ones * step}
 
-        return variables["cache"], jnp.full((rows,), start_id, jnp.int32), feed
+        return expand(variables["cache"]), jnp.full((rows * copies,), start_id, jnp.int32), feed
 
     prompt = ids.shape[1]
     # Cache slots for every token that is fed: the prompt and all new tokens but the last.
@@ -258,9 +262,9 @@ def _prime(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, max_n
         cache = variables["cache"]
 
     def feed(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
-        return {"input_ids": token[:, None], "input_mask": ones, "positions": (positions[:, -1] + step)[:, None]}
+        return {"input_ids": token[:, None], "input_mask": ones, "positions": last + step}
 
-    return cache, ids[:, -1], feed
+    return expand(cache), first, feed
 
 
 def _rewind(cache: Any) -> Any:
@@ -325,12 +329,12 @@ def _gather(x: jax.Array, index: jax.Array) -> jax.Array:
 def _beam_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, divisors: jax.Array, *,
                num_beams: int, max_new_tokens: int, eos_id: int | None, start_id: int | None, mask_id: int | None,
                length_penalty: float, early_stopping: bool | str) -> tuple[jax.Array, jax.Array]:
-    """Beam search over rows [batch · num_beams] (each input repeated num_beams times): the
+    """Beam search over rows [batch · num_beams] (each input's cache repeated num_beams times): the
     finished tokens [batch, num_beams, max_new_tokens] and scores [batch, num_beams], best first.
     `divisors[n - 1]` is n**length_penalty."""
     k, steps = num_beams, max_new_tokens
-    batch = ids.shape[0] // k
-    cache, first, feed = _prime(model, params, ids, mask, max_new_tokens, start_id, mask_id)
+    batch = ids.shape[0]
+    cache, first, feed = _prime(model, params, ids, mask, max_new_tokens, start_id, mask_id, copies=k)
     fill = 0 if eos_id is None else eos_id
     columns = jnp.arange(steps)
     top_half = jnp.arange(2 * k) < k  # the candidates that may finish: the best num_beams of 2·num_beams
