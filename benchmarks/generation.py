@@ -1,6 +1,16 @@
-"""Greedy generation throughput, ours against Hugging Face Flax GPT-2, in one process.
+"""Generation throughput, ours against Hugging Face Flax, in one process: GPT-2 greedy, or T5 /
+BART beam search.
 
     python -m benchmarks.generation [--preset gpt2] [--batch_sizes 1,8] [--prompt_len 16] [--new_tokens 64]
+    python -m benchmarks.generation --recipe t5 --preset small --num_beams 4 --prompt_len 128 --new_tokens 32
+    python -m benchmarks.generation --recipe bart --preset base --num_beams 4 --prompt_len 128 --new_tokens 32
+
+Encoder-decoders (`--recipe t5|bart`): our family from configs/<recipe>.py against
+`FlaxT5ForConditionalGeneration` / `FlaxBartForConditionalGeneration` random-initialised from the
+config an export would write (`benchmarks.reference.hf_seq2seq_model`); the prompts are the
+sources (no padding), both decode `new_tokens` tokens with `num_beams` beams, length penalty 1,
+from the family's decoder start, and an EOS id outside the vocabulary so that no hypothesis ends
+early and both run every step. Tokens/s counts batch x new_tokens (the returned best hypotheses).
 
 Both get random parameters of the same shape (`configs/gpt.py`'s preset, and for HF the
 matching GPT2Config), the same prompts (batch x prompt_len random ids, no padding), and produce
@@ -30,9 +40,10 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from benchmarks import report
+from benchmarks import report, train_step_seq2seq
 from bertology import models
 from bertology.data.tokenizers import load_tokenizer
+from bertology.errors import UserError
 from bertology.generation import generate
 from bertology.models.transformer import TransformerConfig
 
@@ -49,12 +60,14 @@ def gpt_config(preset: str, vocab_size: int | None) -> Any:
     return c
 
 
-def ours(cfg_block: Any, prompt: np.ndarray, new_tokens: int) -> Callable[[], np.ndarray]:
+def ours(cfg_block: Any, prompt: np.ndarray, new_tokens: int, **options: Any) -> Callable[[], np.ndarray]:
+    """Our `generate` on random parameters; `options` (decoder_start_id, num_beams, eos_id) as it takes them."""
     model = models.build(cfg_block)
     mask = np.ones_like(prompt)
-    example = {"input_ids": prompt[:1], "input_mask": mask[:1]}
+    example = {"input_ids": prompt[:1], "input_mask": mask[:1], "decoder_input_ids": prompt[:1, :1],
+               "decoder_input_mask": mask[:1, :1]}
     params = jax.jit(lambda k: nn.meta.unbox(model.init(k, example)["params"]))(jax.random.key(0))
-    return lambda: generate(model, params, prompt, mask, max_new_tokens=new_tokens)
+    return lambda: generate(model, params, prompt, mask, max_new_tokens=new_tokens, **options)
 
 
 def hf_gpt2(cfg: TransformerConfig) -> tuple[Any, Any]:
@@ -78,6 +91,22 @@ def theirs(cfg: TransformerConfig, prompt: np.ndarray, new_tokens: int) -> Calla
     return lambda: np.asarray(run(params, ids, mask))[:, prompt.shape[1]:]
 
 
+def theirs_seq2seq(block: dict[str, Any], source: np.ndarray, new_tokens: int, start_id: int,
+                   num_beams: int) -> Callable[[], np.ndarray]:
+    """transformers' Flax `generate` (jitted whole, `params` an argument) on the reference model."""
+    from benchmarks.reference import hf_seq2seq_model
+
+    model, params = hf_seq2seq_model(block)
+    never = block["vocab_size"]  # an EOS id no step produces: every hypothesis runs max_new_tokens
+    run = jax.jit(lambda params, ids, mask: model.generate(
+        ids, attention_mask=mask, params=params, do_sample=False, num_beams=num_beams, max_new_tokens=new_tokens,
+        decoder_start_token_id=start_id, eos_token_id=never, pad_token_id=0, length_penalty=1.0,
+        early_stopping=False, no_repeat_ngram_size=0, forced_bos_token_id=None, forced_eos_token_id=None,
+        min_length=0).sequences)
+    ids, mask = jax.device_put(source), jax.device_put(np.ones_like(source))
+    return lambda: np.asarray(run(params, ids, mask))[:, 1:]
+
+
 def timed(runs: list[Callable[[], np.ndarray]], repeats: int) -> list[dict[str, float]]:
     """Median wall and process-CPU seconds per call of each run, after one warm-up call each;
     the runs take turns so a load change on a shared machine hits them alike."""
@@ -95,8 +124,12 @@ def timed(runs: list[Callable[[], np.ndarray]], repeats: int) -> list[dict[str, 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="gpt2", help="configs/gpt.py preset: tiny, gpt2, gpt2_medium")
-    p.add_argument("--vocab_size", type=int, default=None, help="default: the preset's (tiny: its 8k tokenizer's)")
+    p.add_argument("--recipe", default="gpt", choices=("gpt", "t5", "bart"))
+    p.add_argument("--preset", default="gpt2", help="a preset of configs/<recipe>.py: gpt tiny, gpt2, gpt2_medium; "
+                   "t5 small; bart base")
+    p.add_argument("--vocab_size", type=int, default=None, help="default: the preset's (gpt tiny: its 8k tokenizer's; "
+                   "t5, bart: the released checkpoints')")
+    p.add_argument("--num_beams", type=int, default=1, help="beam search width (t5, bart); 1: greedy")
     p.add_argument("--batch_sizes", default="1,8")
     p.add_argument("--prompt_len", type=int, default=16)
     p.add_argument("--new_tokens", type=int, default=64)
@@ -105,17 +138,27 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--out", default="runs/benchmarks")
     args = p.parse_args(argv)
 
-    config = gpt_config(args.preset, args.vocab_size)
+    if args.recipe == "gpt":
+        if args.num_beams != 1:
+            raise UserError("--num_beams is for --recipe t5 or bart; the GPT-2 benchmark decodes greedily")
+        config = gpt_config(args.preset, args.vocab_size)
+    else:
+        vocab = args.vocab_size or train_step_seq2seq.VOCAB[args.recipe]
+        config = train_step_seq2seq.seq2seq_config(args.recipe, args.preset, vocab, "float32", "none")
     cfg = models.encoder_config(config.model)
+    start = train_step_seq2seq.START.get(args.recipe)
+    options = {} if start is None else dict(decoder_start_id=start, num_beams=args.num_beams)
     rows = []
     for batch in (int(b) for b in args.batch_sizes.split(",")):
         prompt = np.random.default_rng(0).integers(1, cfg.vocab_size, (batch, args.prompt_len)).astype(np.int32)
-        runs = [ours(config.model, prompt, args.new_tokens)]
+        runs = [ours(config.model, prompt, args.new_tokens, **options)]
         if not args.no_reference:
-            runs.append(theirs(cfg, prompt, args.new_tokens))
+            runs.append(theirs(cfg, prompt, args.new_tokens) if start is None else
+                        theirs_seq2seq(dict(config.model), prompt, args.new_tokens, start, args.num_beams))
         seconds = timed(runs, args.repeats)
         tokens = batch * args.new_tokens
-        row: dict[str, Any] = dict(preset=args.preset, vocab_size=cfg.vocab_size, batch_size=batch,
+        preset = args.preset if start is None else f"{args.recipe}:{args.preset}"
+        row: dict[str, Any] = dict(preset=preset, vocab_size=cfg.vocab_size, batch_size=batch, num_beams=args.num_beams,
                                    prompt_len=args.prompt_len, new_tokens=args.new_tokens,
                                    device=jax.devices()[0].device_kind, tokens_per_s=tokens / seconds[0]["wall"])
         if not args.no_reference:
@@ -127,7 +170,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return rows
 
 
-COLUMNS = ["preset", "vocab_size", "batch_size", "prompt_len", "new_tokens", "device", "tokens_per_s",
+COLUMNS = ["preset", "vocab_size", "batch_size", "num_beams", "prompt_len", "new_tokens", "device", "tokens_per_s",
            "hf_tokens_per_s", "ratio", "cpu_ratio"]
 FORMATS = {"tokens_per_s": "{:,.1f}", "hf_tokens_per_s": "{:,.1f}", "ratio": "{:.2f}x", "cpu_ratio": "{:.2f}x"}
 

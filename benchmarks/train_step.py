@@ -122,12 +122,13 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def measure(args: argparse.Namespace, config: Any, batch: dict, reference: Callable[[Any], tuple[Callable, dict]],
-            name: str) -> dict[str, Any]:
+            name: str, **shape: Any) -> dict[str, Any]:
     """Time our step (and `reference(config)`'s unless --no_reference) on `batch`, then record the
-    row under `args.out/<name>`: the one measurement every train-step benchmark reports."""
+    row under `args.out/<name>`: the one measurement every train-step benchmark reports. `shape`:
+    further batch dimensions the row keeps (a seq2seq target length)."""
     row: dict[str, Any] = dict(
-        preset=args.preset, batch_size=args.batch_size, seq_len=args.seq_len, dtype=args.dtype, remat=args.remat,
-        vocab_size=args.vocab_size, device=jax.devices()[0].device_kind, device_count=1,
+        preset=args.preset, batch_size=args.batch_size, seq_len=args.seq_len, **shape, dtype=args.dtype,
+        remat=args.remat, vocab_size=args.vocab_size, device=jax.devices()[0].device_kind, device_count=1,
         flops_per_token=models.flops_per_token(config),
     )
     runs = [ours(config, batch)] + ([] if args.no_reference else [reference(config)])

@@ -6,9 +6,11 @@ import flax.linen as nn
 import jax
 import pytest
 
-from benchmarks import memory, padding, pipeline, reference, train_step, train_step_gpt
+from benchmarks import memory, padding, pipeline, reference, train_step, train_step_gpt, train_step_seq2seq
 from bertology import models, objectives
 from bertology.errors import UserError
+from bertology.interop import export_hf
+from bertology.interop.hf import write_run
 from bertology.models import flops
 from bertology.train.step import param_init
 
@@ -85,6 +87,47 @@ def test_gpt_train_step_against_hugging_face_writes_its_own_table(tmp_path):
     header, rule, cells = (tmp_path / "train_step_gpt.md").read_text().splitlines()
     assert header.startswith("| preset | batch_size") and cells.startswith("| tiny | 2 | 16 | float32 |")
     assert not (tmp_path / "train_step.md").exists()  # BERT's table stays BERT's
+
+
+@pytest.mark.parametrize("recipe", ["t5", "bart"])
+def test_seq2seq_reference_is_the_same_network_with_the_same_loss(recipe, tmp_path):
+    config = train_step.recipe_config(recipe, "tiny", 96, "float32", "none")
+    block = dict(config.model)
+    if recipe == "t5":
+        with pytest.raises(UserError, match="set model.activation_dropout_rate=model.dropout_rate"):
+            reference.hf_seq2seq_model(block)
+        config.model.activation_dropout_rate = config.model.dropout_rate
+    batch = train_step_seq2seq.seq2seq_batch(96, 4, 12, 7, train_step_seq2seq.START[recipe], seed=1)
+    assert batch["input_mask"][3].sum() == 6 and batch["target_weights"][3].sum() == 3  # padding in both inputs
+    model = models.build(config.model)
+    params = nn.meta.unbox(param_init(model, batch)(jax.random.key(0)))
+    hf, hf_params = reference.hf_seq2seq_model(dict(config.model))
+    sizes = [sum(x.size for x in jax.tree.leaves(p)) for p in (params, hf_params)]
+    assert sizes[0] == sizes[1]
+    # Our parameters in transformers' Flax model (through our HF export) give our loss.
+    write_run(tmp_path / "run", block, params)  # the exportable block (equal when deterministic)
+    (out,) = export_hf(tmp_path / "run", tmp_path / "hf")
+    converted = type(hf).from_pretrained(out, from_pt=True)
+    ours, _ = objectives.get(config.objective)(params, batch, None, model)
+    theirs, _ = reference.hf_seq2seq_loss(converted.params, batch, None, converted)
+    assert float(ours) == pytest.approx(float(theirs), rel=1e-5)
+    assert float(ours) > 0
+
+
+def test_seq2seq_train_step_against_hugging_face_writes_its_own_table(tmp_path):
+    row = train_step_seq2seq.main(["--recipe", "bart", "--preset", "tiny", "--batch_size", "2", "--seq_len", "16",
+                                   "--vocab_size", "128", "--steps", "1", "--peak_flops", "1e12", "--out", str(tmp_path)])
+    assert row["target_len"] == 16  # BART reconstructs the whole source
+    assert row["ratio"] == pytest.approx(row["tokens_per_s"] / row["hf_tokens_per_s"])
+    assert row["mfu"] == pytest.approx(row["tokens_per_s"] * row["flops_per_token"] / 1e12)
+    (line,) = (tmp_path / "train_step_seq2seq.jsonl").read_text().splitlines()
+    assert json.loads(line) == row
+    header, rule, cells = (tmp_path / "train_step_seq2seq.md").read_text().splitlines()
+    assert cells.startswith("| bart:tiny | 2 | 16 | float32 |")
+    with pytest.raises(UserError, match="--seq_len 256 / target 256 exceeds preset tiny's 128 positions"):
+        train_step_seq2seq.main(["--recipe", "bart", "--preset", "tiny", "--seq_len", "256", "--out", str(tmp_path)])
+    with pytest.raises(UserError, match="has no Flax seq2seq reference"):
+        reference.hf_seq2seq_model(dict(train_step.recipe_config("gpt", "tiny", 128, "float32", "none").model))
 
 
 def tiny_batch(config):

@@ -19,7 +19,7 @@ from scipy.stats import chisquare
 
 from bertology import generate as cli
 from bertology import models
-from bertology.data.tokenizers import load_tokenizer
+from bertology.data.tokenizers import for_data, load_tokenizer
 from bertology.errors import UserError
 from bertology.generation import filter_logits, generate, generate_text, left_pad
 from bertology.models import gpt
@@ -234,8 +234,8 @@ def test_bad_input_is_a_user_error():
 # ---------------------------------------------------------------- configs
 
 
-def load_gpt_config(preset: str) -> ml_collections.ConfigDict:
-    spec = importlib.util.spec_from_file_location("cfg_gpt", REPO / "configs" / "gpt.py")
+def load_recipe_config(preset: str, recipe: str = "gpt") -> ml_collections.ConfigDict:
+    spec = importlib.util.spec_from_file_location(f"cfg_{recipe}", REPO / "configs" / f"{recipe}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config(preset)
@@ -247,7 +247,7 @@ def load_gpt_config(preset: str) -> ml_collections.ConfigDict:
     ("gpt2_medium", 354_823_168),
 ])
 def test_presets_have_the_published_parameter_counts(preset, count):
-    config = load_gpt_config(preset)
+    config = load_recipe_config(preset)
     model = models.build(config.model)
     example = {"input_ids": np.ones((1, 4), np.int32), "input_mask": np.ones((1, 4), np.int32)}
     shapes = jax.eval_shape(lambda: nn.meta.unbox(model.init(jax.random.key(0), example)["params"]))
@@ -257,7 +257,7 @@ def test_presets_have_the_published_parameter_counts(preset, count):
 
 def test_unknown_preset_names_the_known_ones():
     with pytest.raises(UserError, match="known presets: tiny, gpt1, gpt2, gpt2_medium"):
-        load_gpt_config("gpt3")
+        load_recipe_config("gpt3")
 
 
 # ---------------------------------------------------------------- run directories and the CLI
@@ -276,7 +276,7 @@ def write_run(workdir: pathlib.Path, config: ml_collections.ConfigDict, params) 
 @pytest.fixture(scope="module")
 def gpt_run(tmp_path_factory):
     """configs/gpt.py:tiny with random parameters and the shipped byte-level BPE."""
-    config = load_gpt_config("tiny")
+    config = load_recipe_config("tiny")
     config.model.vocab_size = load_tokenizer(config.data.vocab).vocab_size
     model = models.build(config.model)
     example = {"input_ids": np.ones((1, 4), np.int32), "input_mask": np.ones((1, 4), np.int32)}
@@ -309,6 +309,43 @@ def test_cli_prints_every_sample(gpt_run):
     assert expected[0] != expected[1]  # the two samples of a prompt are separate draws
 
 
+def random_run(workdir: pathlib.Path, recipe: str):
+    """configs/<recipe>.py:tiny with random parameters, its tokenizer, and its model."""
+    config = load_recipe_config("tiny", recipe)
+    tokenizer = for_data(config.data)
+    config.model.vocab_size = tokenizer.vocab_size
+    model = models.build(config.model)
+    example = {"input_ids": np.ones((1, 4), np.int32), "input_mask": np.ones((1, 4), np.int32),
+               "decoder_input_ids": np.ones((1, 4), np.int32), "decoder_input_mask": np.ones((1, 4), np.int32),
+               "masked_positions": np.zeros((1, 1), np.int32)}
+    params = jax.tree.map(np.asarray, nn.meta.unbox(model.init(jax.random.key(1), example)["params"]))
+    return write_run(workdir, config, params), tokenizer, model, params
+
+
+@pytest.mark.parametrize("recipe", ["bart", "unilm"])
+def test_cli_transduces_sources_with_encoder_decoders_and_unilm(recipe, tmp_path, capsys):
+    workdir, tokenizer, model, params = random_run(tmp_path / recipe, recipe)
+    sources = ["Return the sum of a and b.", "Open a file"]
+    encoded = [tokenizer.encode(t) for t in sources]
+    if recipe == "bart":  # the source closed with EOS as fine-tuning feeds it; the decoder starts from EOS
+        rows, eos = [e + [tokenizer.eos_id] for e in encoded], tokenizer.eos_id
+        extra = {"decoder_start_id": tokenizer.eos_id}
+    else:  # [CLS] source [SEP], predicted at [MASK] positions, the target ending at [SEP]
+        rows, eos = [[tokenizer.cls_id, *e, tokenizer.sep_id] for e in encoded], tokenizer.sep_id
+        extra = {"mask_id": tokenizer.mask_id}
+    width = max(map(len, rows))
+    ids = np.array([r + [0] * (width - len(r)) for r in rows], np.int32)
+    mask = (np.arange(width)[None] < np.array([len(r) for r in rows])[:, None]).astype(np.int32)
+    tokens = generate(model, params, ids, mask, max_new_tokens=6, eos_id=eos, num_beams=3, **extra)
+    expected = [tokenizer.decode(row[: row.index(eos)] if eos in row else row) for row in tokens.tolist()]
+    args = [f"--checkpoint={workdir}", *(f"--source={t}" for t in sources), "--num_beams=3", "--max_new_tokens=6"]
+    assert cli.main(["bertology.generate", *args]) == 0
+    assert capsys.readouterr().out == "".join(f">>> {s}\n{t}\n" for s, t in zip(sources, expected))
+    assert any(expected)  # a random model's targets are not all empty
+    assert cli.main(["bertology.generate", f"--checkpoint={workdir}", "--prompt=a"]) == 2
+    assert "maps a source to a target; pass --source, not --prompt" in capsys.readouterr().err
+
+
 def test_cli_bad_input_is_one_line(gpt_run, tmp_path, capsys):
     bert_run = write_run(tmp_path / "bert", ml_collections.ConfigDict(
         {"model": {"family": "bert", "vocab_size": V}, "data": {"vocab": None}}), {"w": np.zeros(2, np.float32)})
@@ -316,7 +353,9 @@ def test_cli_bad_input_is_one_line(gpt_run, tmp_path, capsys):
         ([f"--checkpoint={tmp_path / 'nothing'}", "--prompt=a"], "is not a bertology run (no config.json)"),
         ([f"--checkpoint={gpt_run[0]}", "--prompt="], "prompt 0 ('') is empty"),
         ([f"--checkpoint={bert_run}", "--prompt=a"], "holds a bert model, which is not a decoder"),
-        ([f"--checkpoint={gpt_run[0]}"], "--checkpoint and --prompt are required"),
+        ([f"--checkpoint={gpt_run[0]}"], "--checkpoint and one of --prompt (causal LM) or --source"),
+        ([f"--checkpoint={gpt_run[0]}", "--prompt=a", "--source=b"], "--checkpoint and one of --prompt"),
+        ([f"--checkpoint={gpt_run[0]}", "--source=a"], "continues a prompt; pass --prompt, not --source"),
         ([f"--checkpoint={gpt_run[0]}", "--prompt=a", "--top_p=0"], "0 < top_p <= 1"),
     ]
     for args, message in cases:
@@ -336,4 +375,24 @@ def test_benchmark_against_hugging_face_writes_json_and_markdown(tmp_path):
     (line,) = (tmp_path / "generation.jsonl").read_text().splitlines()
     assert json.loads(line) == row
     header, rule, cells = (tmp_path / "generation.md").read_text().splitlines()
-    assert header.startswith("| preset | vocab_size | batch_size") and cells.startswith("| tiny | 128 | 2 | 4 | 3 |")
+    assert header.startswith("| preset | vocab_size | batch_size") and cells.startswith("| tiny | 128 | 2 | 1 | 4 | 3 |")
+
+
+@pytest.mark.parametrize("recipe", ["t5", "bart"])
+def test_beam_search_benchmark_decodes_what_transformers_decodes(recipe, tmp_path, monkeypatch):
+    from benchmarks import generation as bench
+
+    outputs = {}
+    timed = bench.timed
+    monkeypatch.setattr(bench, "timed", lambda runs, repeats: (outputs.update(ours=runs[0](), theirs=runs[1]()),
+                                                              timed(runs, repeats))[1])
+    (row,) = bench.main(["--recipe", recipe, "--preset", "tiny", "--vocab_size", "96", "--num_beams", "3",
+                         "--batch_sizes", "2", "--prompt_len", "5", "--new_tokens", "4", "--repeats", "1",
+                         "--out", str(tmp_path)])
+    assert row["preset"] == f"{recipe}:tiny" and row["num_beams"] == 3
+    assert row["ratio"] == pytest.approx(row["tokens_per_s"] / row["hf_tokens_per_s"])
+    # The two sides are not the same random weights, so compare shapes and that each side decodes
+    # every step (no EOS ends a hypothesis early): [batch, new_tokens] best hypotheses.
+    assert outputs["ours"].shape == outputs["theirs"].shape == (2, 4)
+    with pytest.raises(UserError, match="--num_beams is for --recipe t5 or bart"):
+        bench.main(["--preset", "tiny", "--num_beams", "2", "--out", str(tmp_path)])

@@ -134,8 +134,8 @@ def test_loaders_read_each_released_format(tmp_path):
         load("xsum", hf_xsum, cache)
 
 
-@pytest.mark.parametrize("arg", ["embedded", "embedded_t5"])
-def test_tiny_bart_and_t5_learn_the_embedded_task(arg, tmp_path):
+@pytest.mark.parametrize("arg", ["embedded", "embedded_t5", "embedded_unilm"])
+def test_tiny_bart_t5_and_unilm_learn_the_embedded_task(arg, tmp_path):
     config = seq2seq_config(arg)
     config.update(total_steps=30, log_every=5, batch_size=16, eval_examples=8, eval_batch_size=8)
     config.data.cache_dir = str(tmp_path / "cache")

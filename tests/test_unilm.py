@@ -20,6 +20,7 @@ import pytest
 from bertology import models, objectives
 from bertology.data import transforms
 from bertology.errors import UserError
+from bertology.generation import beam_search, generate
 from bertology.models import bart, unilm
 from bertology.models.transformer import Mask, TransformerConfig
 
@@ -332,32 +333,100 @@ def test_tiny_unilm_learns_on_mixed_batches():
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 1.0, losses
 
 
-def test_greedy_seq2seq_with_the_cache_equals_full_recompute():
+def full_recompute(model, params, ids, mask, targets):
+    """Log-probabilities [rows, vocab] of the next target token from the whole sequence [left-padded
+    source, targets so far, [MASK]] run from scratch, no cache (the reference of cached decoding)."""
+    rows, source_length = ids.shape
+    seq = np.concatenate([ids, targets, np.full((rows, 1), 4, np.int32)], 1)
+    seq_mask = np.concatenate([mask, np.ones((rows, targets.shape[1] + 1), np.int32)], 1)
+    positions = np.maximum(np.cumsum(seq_mask, 1) - 1, 0).astype(np.int32)
+    batch = unilm.seq2seq_batch(jnp.asarray(seq), jnp.asarray(seq_mask), jnp.asarray(positions), source_length,
+                                jnp.arange(seq.shape[1]))
+    batch["masked_positions"] = jnp.full((rows, 1), seq.shape[1] - 1, jnp.int32)
+    return np.asarray(jax.nn.log_softmax(model.apply({"params": params}, batch)["mlm_logits"][:, 0]))
+
+
+@pytest.fixture(scope="module")
+def unilm_sources():
+    """(model, params, left-padded sources [3, 7] of 7, 4 and 5 tokens, their mask)."""
     model = unilm.Model(tiny())
     rng = np.random.default_rng(5)
-    source_length, max_length = 7, 6
+    source_length, total = 7, 13
     lengths = np.array([7, 4, 5])
-    mask = (np.arange(source_length)[None] >= (source_length - lengths)[:, None]).astype(np.int32)  # left-padded
+    mask = (np.arange(source_length)[None] >= (source_length - lengths)[:, None]).astype(np.int32)
     ids = (rng.integers(5, V, (3, source_length)) * mask).astype(np.int32)
-    total = source_length + max_length
     probe = unilm.seq2seq_batch(jnp.zeros((3, total), jnp.int32), jnp.ones((3, total), jnp.int32),
                                 jnp.zeros((3, total), jnp.int32), source_length, jnp.arange(total))
     params = model.init(jax.random.key(7), {**probe, "masked_positions": jnp.zeros((3, 1), jnp.int32)})["params"]
-    eos = 3
-    got = unilm.greedy_seq2seq(model, params, ids, mask, max_length=max_length, mask_id=4, eos_id=eos)
+    return model, params, ids, mask
 
-    # reference: at each step the whole sequence [source, targets so far, [MASK]] from scratch
-    forward = jax.jit(lambda p, b: model.apply({"params": p}, b)["mlm_logits"])
+
+def test_greedy_seq2seq_with_the_cache_equals_full_recompute(unilm_sources):
+    model, params, ids, mask = unilm_sources
+    max_length, eos = 6, 3
+    got = generate(model, params, ids, mask, max_new_tokens=max_length, mask_id=4, eos_id=eos)
     targets = np.zeros((3, 0), np.int32)
-    for t in range(max_length):
-        pad = np.zeros((3, max_length - t - 1), np.int32)  # one length for every step: one compile
-        seq = np.concatenate([ids, targets, np.full((3, 1), 4, np.int32), pad], 1)
-        seq_mask = np.concatenate([mask, np.ones((3, t + 1), np.int32), pad], 1)
-        positions = np.maximum(np.cumsum(seq_mask, 1) - 1, 0).astype(np.int32)
-        batch = unilm.seq2seq_batch(jnp.asarray(seq), jnp.asarray(seq_mask), jnp.asarray(positions), source_length,
-                                    jnp.arange(seq.shape[1]))
-        batch["masked_positions"] = jnp.full((3, 1), source_length + t, jnp.int32)
-        logits = np.asarray(forward(params, batch))[:, 0]
-        targets = np.concatenate([targets, logits.argmax(-1)[:, None].astype(np.int32)], 1)
-    np.testing.assert_array_equal(got, unilm.after_eos(targets, eos, 0))
+    for _ in range(max_length):
+        best = full_recompute(model, params, ids, mask, targets).argmax(-1)
+        targets = np.concatenate([targets, best[:, None].astype(np.int32)], 1)
+    ended = np.cumsum(targets == eos, axis=1) - (targets == eos) > 0  # after each row's first EOS: EOS
+    np.testing.assert_array_equal(got, np.where(ended, eos, targets))
     assert len(np.unique(targets)) > 3  # a random model's argmaxes differ step to step: not a trivial match
+
+
+def test_beam_search_hypotheses_score_their_full_recompute_log_probabilities(unilm_sources):
+    model, params, ids, mask = unilm_sources
+    steps, penalty = 5, 0.8
+    greedy = generate(model, params, ids, mask, max_new_tokens=steps, mask_id=4)
+    eos = int(np.bincount(greedy.ravel()).argmax())  # an id the model emits, so hypotheses end at different lengths
+    beams = beam_search(model, params, ids, mask, num_beams=3, max_new_tokens=steps, mask_id=4, eos_id=eos,
+                        length_penalty=penalty)
+    lengths = set()
+    for row in range(3):
+        for tokens, score in zip(beams.tokens[row], beams.scores[row]):
+            tokens = list(tokens)
+            n = tokens.index(eos) + 1 if eos in tokens else steps
+            lengths.add(n)
+            total = 0.0
+            for t in range(n):  # the cache followed each beam's reordering iff every step's log p matches
+                prefix = np.asarray([tokens[:t]], np.int32).reshape(1, t)
+                total += full_recompute(model, params, ids[row:row + 1], mask[row:row + 1], prefix)[0, tokens[t]]
+            assert score == pytest.approx(total / n ** penalty, abs=1e-4)
+        assert list(beams.scores[row]) == sorted(beams.scores[row], reverse=True)
+    assert len(lengths) > 1
+    with pytest.raises(UserError, match="mask_id is UniLM's"):
+        generate(model, params, ids, mask, max_new_tokens=steps)
+
+
+def test_finetuning_masks_70_percent_of_the_target_as_unilm_v1():
+    rng = np.random.default_rng(11)
+    n = 4000
+    sources = [rng.integers(5, 1000, rng.integers(1, 9)) for _ in range(n)]
+    targets = [rng.integers(5, 1000, rng.integers(1, 12)) for _ in range(n)]
+    rows = unilm.finetune_rows(sources, targets, 10, 12, TOK)
+    assert list(rows["input_ids"][0][: len(sources[0]) + len(targets[0]) + 3]) == \
+        [2, *sources[0], 3, *targets[0], 3]  # [CLS] source [SEP] target [SEP]
+    out = unilm.mask_targets(rows, np.random.default_rng(0), TOK, max_predictions=6)
+    lengths = np.array([len(t) + 1 for t in targets])  # the closing [SEP] is a target token
+    counts = out["masked_weights"].sum(1)
+    np.testing.assert_array_equal(counts, np.minimum(6, np.maximum(1, np.round(0.7 * lengths))))
+    rowsel, k = np.nonzero(out["masked_weights"])
+    pos = out["masked_positions"][rowsel, k]
+    prefix = rows["prefix_length"][rowsel]
+    assert (pos >= prefix).all() and (pos < prefix + lengths[rowsel]).all()  # only target slots
+    assert all(len(set(p[w > 0])) == w.sum() for p, w in zip(out["masked_positions"], out["masked_weights"]))
+    np.testing.assert_array_equal(out["masked_ids"][rowsel, k], rows["input_ids"][rowsel, pos])
+    source_slots = np.arange(22)[None] < rows["prefix_length"][:, None]
+    np.testing.assert_array_equal(out["input_ids"][source_slots], rows["input_ids"][source_slots])
+    # Uncapped rows (at most 8 target tokens: round(0.7 * 8) = 6): 70% of the target masked,
+    # the closing [SEP] as often as any other slot.
+    short = lengths <= 8
+    assert counts[short].sum() / lengths[short].sum() == pytest.approx(0.7, abs=0.03)
+    sep_masked = [(p[w > 0] == rows["prefix_length"][i] + lengths[i] - 1).any()
+                  for i, (p, w) in enumerate(zip(out["masked_positions"], out["masked_weights"])) if short[i]]
+    expected = np.mean(np.round(0.7 * lengths[short]) / lengths[short])
+    assert np.mean(sep_masked) == pytest.approx(expected, abs=0.03)
+    new = out["input_ids"][rowsel, pos]
+    original = rows["input_ids"][rowsel, pos]
+    assert np.mean(new == 4) == pytest.approx(0.8, abs=0.02)  # [MASK]
+    assert np.mean(new == original) == pytest.approx(0.1, abs=0.015)  # kept

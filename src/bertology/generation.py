@@ -5,6 +5,7 @@ sampled or beam search, each batched and compiled as one jitted program.
     tokens = generate(t5, params, source_ids, source_mask, max_new_tokens=40, decoder_start_id=0, eos_id=1,
                       num_beams=4, length_penalty=0.6)
     texts = generate_text("runs/gpt_tiny", ["Return the"], max_new_tokens=20)
+    texts = generate_text("runs/s2s_bart", ["Return the sum."], sources=True, num_beams=4)
 
 One path for every model: `_prime` fills the cache and names the first token to feed, then a
 `lax.while_loop` feeds one token per row and step. For a decoder-only model the prompts share a
@@ -13,8 +14,14 @@ feeds one new column for all rows, and positions come from the mask (`max(cumsum
 so a padded row sees exactly what it would alone; the prompt goes into the cache in one call
 (prefill). For an encoder-decoder model (BART, T5, MASS) the source is the input: the
 cache-creating call encodes it once and caches every layer's cross-attention keys, and decoding
-starts from `decoder_start_id` (T5: pad, BART: EOS) at decoder position 0. The loop stops early
-once every row is done.
+starts from `decoder_start_id` (T5: pad, BART: EOS) at decoder position 0. For UniLM (one shared
+Transformer, Dong et al. 2019) the left-padded source `[CLS] source [SEP]` is the input and the
+target follows it in the same sequence under the sequence-to-sequence mask (the source
+bidirectional, the target causal): the prefill caches the whole source, and each step feeds the
+previous token and a `[MASK]` (`mask_id`) after it and reads the next token from the MLM head
+at the `[MASK]`, as unilm-v1's decoder does; the cache index then steps back by one, so the next
+step overwrites the `[MASK]`'s keys with the token chosen for it (step 0 feeds the source's last
+token again, whose keys it rewrites unchanged). The loop stops early once every row is done.
 
 Sampling follows the usual definitions, in the usual order (Hugging Face's too): logits are
 divided by the temperature; top-k keeps the k largest; top-p (the nucleus, Holtzman et al. 2020)
@@ -47,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertology.errors import UserError
+from bertology.models import unilm
 from bertology.models.transformer import EncoderDecoder
 
 NEG = -1.0e9  # Hugging Face's score of an impossible beam; kept so that the arithmetic (and ties) are theirs
@@ -89,8 +97,8 @@ def sample(logits: jax.Array, key: jax.Array, temperature: float = 0.0, top_k: i
 
 
 def is_decoder(model: nn.Module) -> bool:
-    """Whether `model` can run against a KV cache: its `__call__` takes `decode`."""
-    return "decode" in inspect.signature(type(model).__call__).parameters
+    """Whether `model` can run against a KV cache: its `__call__` takes `decode`, or it is UniLM."""
+    return "decode" in inspect.signature(type(model).__call__).parameters or isinstance(model, unilm.Model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +113,11 @@ class Beams:
 
 def generate(model: nn.Module, params: Any, input_ids: np.ndarray, input_mask: np.ndarray, *,
              max_new_tokens: int, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-             eos_id: int | None = None, decoder_start_id: int | None = None, num_beams: int = 1,
-             length_penalty: float = 1.0, early_stopping: bool | str = False) -> np.ndarray:
+             eos_id: int | None = None, decoder_start_id: int | None = None, mask_id: int | None = None,
+             num_beams: int = 1, length_penalty: float = 1.0, early_stopping: bool | str = False) -> np.ndarray:
     """The next `max_new_tokens` token ids [batch, max_new_tokens] after each prompt (decoder-only)
-    or for each source (encoder-decoder, whose decoder starts from `decoder_start_id`).
+    or for each source (encoder-decoder, whose decoder starts from `decoder_start_id`; UniLM,
+    which predicts at a `mask_id` token).
 
     `input_ids`/`input_mask` [batch, length] are the prompts or sources, padded on either side.
     After a row emits `eos_id` it keeps emitting `eos_id`. `num_beams` > 1 is beam search (see
@@ -120,21 +129,22 @@ def generate(model: nn.Module, params: Any, input_ids: np.ndarray, input_mask: n
             raise UserError(f"num_beams={num_beams} with temperature={temperature}: beam search is deterministic; "
                             "set temperature=0 or num_beams=1")
         return beam_search(model, params, input_ids, input_mask, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                           eos_id=eos_id, decoder_start_id=decoder_start_id, length_penalty=length_penalty,
-                           early_stopping=early_stopping).tokens[:, 0]
-    ids, mask = _inputs(model, input_ids, input_mask, max_new_tokens, decoder_start_id)
+                           eos_id=eos_id, decoder_start_id=decoder_start_id, mask_id=mask_id,
+                           length_penalty=length_penalty, early_stopping=early_stopping).tokens[:, 0]
+    ids, mask = _inputs(model, input_ids, input_mask, max_new_tokens, decoder_start_id, mask_id)
     if temperature < 0 or top_k < 0 or not 0 < top_p <= 1 or num_beams < 1:
         raise UserError(f"temperature={temperature}, top_k={top_k}, top_p={top_p}, num_beams={num_beams}: need "
                         "temperature >= 0 (0: greedy), top_k >= 0 (0: off), 0 < top_p <= 1 (1: off), num_beams >= 1")
     tokens = _sample_loop(model, params, ids, mask, jax.random.key(seed), max_new_tokens=max_new_tokens,
                           temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
-                          eos_id=None if eos_id is None else int(eos_id), start_id=decoder_start_id)
+                          eos_id=None if eos_id is None else int(eos_id), start_id=decoder_start_id,
+                          mask_id=mask_id)
     return np.asarray(tokens)
 
 
 def beam_search(model: nn.Module, params: Any, input_ids: np.ndarray, input_mask: np.ndarray, *, num_beams: int,
                 max_new_tokens: int, eos_id: int | None = None, decoder_start_id: int | None = None,
-                length_penalty: float = 1.0, early_stopping: bool | str = False) -> Beams:
+                mask_id: int | None = None, length_penalty: float = 1.0, early_stopping: bool | str = False) -> Beams:
     """The `num_beams` best finished hypotheses of each prompt or source, best first (Hugging
     Face's beam search: see the module docstring). `length_penalty` > 0 favours longer outputs;
     `early_stopping` is False (stop when no running beam can still win), True (stop at num_beams
@@ -143,23 +153,23 @@ def beam_search(model: nn.Module, params: Any, input_ids: np.ndarray, input_mask
         raise UserError(f"num_beams={num_beams}; use at least 1 (1: greedy)")
     if early_stopping not in (True, False, "never"):
         raise UserError(f"early_stopping={early_stopping!r}; use True, False or 'never'")
-    ids, mask = _inputs(model, input_ids, input_mask, max_new_tokens, decoder_start_id)
+    ids, mask = _inputs(model, input_ids, input_mask, max_new_tokens, decoder_start_id, mask_id)
     vocab = model.cfg.vocab_size
     if 2 * num_beams > vocab:
         raise UserError(f"num_beams={num_beams} needs at least {2 * num_beams} tokens in the vocabulary, which has "
                         f"{vocab}; lower num_beams")
     # Hugging Face divides by a Python float (a double, then rounded): the same table here.
     divisors = (np.arange(1, max_new_tokens + 1, dtype=np.float64) ** float(length_penalty)).astype(np.float32)
-    tokens, scores = _beam_loop(model, params, np.repeat(ids, num_beams, axis=0), np.repeat(mask, num_beams, axis=0),
-                                jnp.asarray(divisors), num_beams=num_beams, max_new_tokens=max_new_tokens,
+    tokens, scores = _beam_loop(model, params, ids, mask, jnp.asarray(divisors), num_beams=num_beams, max_new_tokens=max_new_tokens,
                                 eos_id=None if eos_id is None else int(eos_id), start_id=decoder_start_id,
-                                length_penalty=float(length_penalty), early_stopping=early_stopping)
+                                mask_id=mask_id, length_penalty=float(length_penalty), early_stopping=early_stopping)
     return Beams(np.asarray(tokens), np.asarray(scores))
 
 
 def _inputs(model: nn.Module, input_ids: np.ndarray, input_mask: np.ndarray, max_new_tokens: int,
-            decoder_start_id: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """The checked inputs as the loop takes them: prompts left-padded, sources as given."""
+            decoder_start_id: int | None, mask_id: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The checked inputs as the loop takes them: prompts and UniLM sources left-padded,
+    encoder-decoder sources as given."""
     ids, mask = np.asarray(input_ids), np.asarray(input_mask)
     if not is_decoder(model):
         raise UserError(f"{type(model).__module__}.{type(model).__name__} is not a decoder (its __call__ takes no "
@@ -168,7 +178,7 @@ def _inputs(model: nn.Module, input_ids: np.ndarray, input_mask: np.ndarray, max
         raise UserError(f"input_ids {ids.shape} and input_mask {mask.shape} must both be [batch, length]")
     cfg = model.cfg
     encoder_decoder = isinstance(model, EncoderDecoder)
-    what = "source" if encoder_decoder else "prompt"
+    what = "source" if encoder_decoder or isinstance(model, unilm.Model) else "prompt"
     lengths = (mask > 0).sum(axis=1)
     if (lengths == 0).any():
         raise UserError(f"{what} {int(np.argmin(lengths))} has no tokens; every {what} needs at least one")
@@ -178,6 +188,9 @@ def _inputs(model: nn.Module, input_ids: np.ndarray, input_mask: np.ndarray, max
         raise UserError("an encoder-decoder needs decoder_start_id (T5: the pad id 0, BART: the EOS id)")
     if not encoder_decoder and decoder_start_id is not None:
         raise UserError("decoder_start_id is for encoder-decoder models; a decoder-only model continues its prompt")
+    if isinstance(model, unilm.Model) != (mask_id is not None):
+        raise UserError("mask_id is UniLM's [MASK] id, which it needs and other models do not take; pass it for "
+                        "UniLM (tokenizer.mask_id) only")
     if cfg.positions == "absolute":
         context = cfg.max_position_embeddings - cfg.position_offset
         longest = max(max_new_tokens, ids.shape[1]) if encoder_decoder else lengths.max() + max_new_tokens
@@ -190,17 +203,44 @@ def _inputs(model: nn.Module, input_ids: np.ndarray, input_mask: np.ndarray, max
 
 
 def _prime(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, max_new_tokens: int,
-           start_id: int | None) -> tuple[Any, jax.Array, Callable[[jax.Array, jax.Array], dict[str, jax.Array]]]:
-    """(the filled cache, the first token each row feeds, feed(token, step) -> the batch of one step).
+           start_id: int | None, mask_id: int | None,
+           copies: int = 1) -> tuple[Any, jax.Array, Callable[[jax.Array, jax.Array], dict[str, jax.Array]]]:
+    """(the filled cache, the first token each row feeds, feed(token, step) -> the batch of one
+    step), for `copies` consecutive rows per input (beam search's beams): the inputs are encoded
+    or prefilled once and the filled cache's rows repeated, not the inputs.
 
     Decoder-only: the prefill takes every prompt token but the last, and its logits are never
     read, so XLA drops the vocabulary projection of the whole prompt (at 16 tokens, batch 8 and
     GPT-2's vocabulary that costs as much as a couple of decoding steps); the last prompt token
     is the first one fed. Encoder-decoder: the cache-creating call (a decoder input of
     max_new_tokens slots) runs the encoder; its decoder states are unused, so XLA drops them.
+    UniLM: the prefill takes the whole source (bidirectional, so every source token must see the
+    last one), then the cache index steps back one and the last source token is fed again with
+    the first `[MASK]` (see the module docstring).
     """
     rows = ids.shape[0]
-    ones = jnp.ones((rows, 1), jnp.int32)
+    ones = jnp.ones((rows * copies, 1), jnp.int32)
+    positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
+    last = jnp.repeat(positions[:, -1:], copies, axis=0)  # each fed row's last input position
+    expand = lambda cache: cache if copies == 1 else _reorder(  # noqa: E731
+        cache, jnp.repeat(jnp.arange(rows), copies), model.cfg.scan_layers)
+    first = jnp.repeat(ids[:, -1], copies)
+    if isinstance(model, unilm.Model):
+        source = ids.shape[1]
+        blank = jnp.zeros((rows, source + max_new_tokens), jnp.int32)
+        cache = model.init(jax.random.key(0), unilm.seq2seq_batch(blank, blank, blank, source, jnp.arange(blank.shape[1])),
+                           method=unilm.Model.next_token)["cache"]
+        prefill = unilm.seq2seq_batch(ids, mask, positions, source, jnp.arange(source))
+        _, variables = model.apply({"params": params, "cache": cache}, prefill, method=unilm.Model.next_token,
+                                   mutable=["cache"])
+        pair = jnp.arange(2)
+
+        def feed_pair(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
+            fed = jnp.stack([token, jnp.full_like(token, mask_id)], axis=1)
+            return unilm.seq2seq_batch(fed, jnp.ones_like(fed), last + step + pair, source, source - 1 + step + pair)
+
+        return expand(_rewind(variables["cache"])), first, feed_pair
+
     if isinstance(model, EncoderDecoder):
         slots = jnp.zeros((rows, max_new_tokens), jnp.int32)
         batch = {"input_ids": ids, "input_mask": mask, "decoder_input_ids": slots, "decoder_input_mask": jnp.ones_like(slots)}
@@ -209,10 +249,9 @@ def _prime(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, max_n
         def feed(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
             return {"decoder_input_ids": token[:, None], "decoder_input_mask": ones, "decoder_positions": ones * step}
 
-        return variables["cache"], jnp.full((rows,), start_id, jnp.int32), feed
+        return expand(variables["cache"]), jnp.full((rows * copies,), start_id, jnp.int32), feed
 
     prompt = ids.shape[1]
-    positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
     # Cache slots for every token that is fed: the prompt and all new tokens but the last.
     # init's parameters are unused, so XLA drops them.
     slots = jnp.zeros((rows, prompt + max_new_tokens - 1), jnp.int32)
@@ -223,25 +262,36 @@ def _prime(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, max_n
         cache = variables["cache"]
 
     def feed(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
-        return {"input_ids": token[:, None], "input_mask": ones, "positions": (positions[:, -1] + step)[:, None]}
+        return {"input_ids": token[:, None], "input_mask": ones, "positions": last + step}
 
-    return cache, ids[:, -1], feed
+    return expand(cache), first, feed
+
+
+def _rewind(cache: Any) -> Any:
+    """The cache with every self-attention index one slot back: the next call overwrites the last slot."""
+    return jax.tree_util.tree_map_with_path(
+        lambda p, x: x - 1 if jax.tree_util.keystr(p).endswith("['index']") else x, cache)
 
 
 def _forward(model: nn.Module, params: Any, cache: Any, piece: dict[str, jax.Array]) -> tuple[jax.Array, Any]:
-    """The logits [rows, vocab] float32 of one step's token, and the cache after it."""
+    """The logits [rows, vocab] float32 of one step's token, and the cache after it (UniLM: of
+    the step's `[MASK]`, whose slot the cache then gives back)."""
+    if isinstance(model, unilm.Model):
+        logits, variables = model.apply({"params": params, "cache": cache}, piece, method=unilm.Model.next_token,
+                                        mutable=["cache"])
+        return logits.astype(jnp.float32), _rewind(variables["cache"])
     out, variables = model.apply({"params": params, "cache": cache}, piece, decode=True, mutable=["cache"])
     return out["logits"][:, -1].astype(jnp.float32), variables["cache"]
 
 
 @functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "temperature", "top_k", "top_p", "eos_id",
-                                             "start_id"))
+                                             "start_id", "mask_id"))
 def _sample_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, key: jax.Array, *,
                  max_new_tokens: int, temperature: float, top_k: int, top_p: float, eos_id: int | None,
-                 start_id: int | None) -> jax.Array:
+                 start_id: int | None, mask_id: int | None) -> jax.Array:
     """Greedy or sampled tokens [batch, max_new_tokens]: prime the cache, then a while loop of single-token steps."""
     batch = ids.shape[0]
-    cache, first, feed = _prime(model, params, ids, mask, max_new_tokens, start_id)
+    cache, first, feed = _prime(model, params, ids, mask, max_new_tokens, start_id, mask_id)
 
     def more(state: tuple) -> jax.Array:
         step, _, _, done, _ = state
@@ -274,17 +324,17 @@ def _gather(x: jax.Array, index: jax.Array) -> jax.Array:
     return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "num_beams", "max_new_tokens", "eos_id", "start_id",
+@functools.partial(jax.jit, static_argnames=("model", "num_beams", "max_new_tokens", "eos_id", "start_id", "mask_id",
                                              "length_penalty", "early_stopping"))
 def _beam_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, divisors: jax.Array, *,
-               num_beams: int, max_new_tokens: int, eos_id: int | None, start_id: int | None, length_penalty: float,
-               early_stopping: bool | str) -> tuple[jax.Array, jax.Array]:
-    """Beam search over rows [batch · num_beams] (each input repeated num_beams times): the
+               num_beams: int, max_new_tokens: int, eos_id: int | None, start_id: int | None, mask_id: int | None,
+               length_penalty: float, early_stopping: bool | str) -> tuple[jax.Array, jax.Array]:
+    """Beam search over rows [batch · num_beams] (each input's cache repeated num_beams times): the
     finished tokens [batch, num_beams, max_new_tokens] and scores [batch, num_beams], best first.
     `divisors[n - 1]` is n**length_penalty."""
     k, steps = num_beams, max_new_tokens
-    batch = ids.shape[0] // k
-    cache, first, feed = _prime(model, params, ids, mask, max_new_tokens, start_id)
+    batch = ids.shape[0]
+    cache, first, feed = _prime(model, params, ids, mask, max_new_tokens, start_id, mask_id, copies=k)
     fill = 0 if eos_id is None else eos_id
     columns = jnp.arange(steps)
     top_half = jnp.arange(2 * k) < k  # the candidates that may finish: the best num_beams of 2·num_beams
@@ -338,33 +388,69 @@ def _beam_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, d
     return state[5], state[6]
 
 
-def generate_text(checkpoint_dir: str | pathlib.Path, prompts: list[str], **options: Any) -> list[str]:
-    """The continuation of each prompt (up to the tokenizer's end of text) under the causal LM of a
-    run directory (config.json + checkpoints/, and the tokenizer its `data.vocab` names).
-    `options` are `generate`'s (max_new_tokens, temperature, top_k, top_p, seed)."""
+def decoder_start_id(data: dict[str, Any], family: str, tokenizer: Any) -> int:
+    """The id an encoder-decoder's decoder starts from: `data.decoder_start` if set, else the
+    pretraining objective's convention: EOS after BART/MASS denoising (fairseq), the pad id
+    otherwise (T5)."""
+    start = data.get("decoder_start")
+    if start is None:
+        start = tokenizer.eos_id if data.get("objective") in ("bart", "mass") or family == "bart" else tokenizer.pad_id
+    return int(start)
+
+
+def frame_source(model: nn.Module, tokenizer: Any, ids: list[int], length: int | None = None) -> list[int]:
+    """A tokenized source as the model reads it (and fine-tuning trains it): closed with EOS for an
+    encoder-decoder, `[CLS] source [SEP]` for UniLM; cut so that it fits `length` tokens."""
+    if isinstance(model, unilm.Model):
+        return [tokenizer.cls_id, *ids[: None if length is None else length - 2], tokenizer.sep_id]
+    return ids[: None if length is None else length - 1] + [tokenizer.eos_id]
+
+
+def generate_text(checkpoint_dir: str | pathlib.Path, texts: list[str], *, sources: bool = False,
+                  **options: Any) -> list[str]:
+    """The generation for each text (up to the tokenizer's end) under the model of a run directory
+    (config.json + checkpoints/, and the tokenizer its `data` names): a causal LM continues
+    prompts; with `sources`, an encoder-decoder (BART, T5, MASS; the source closed with EOS, as
+    fine-tuning feeds it) or UniLM (`[CLS] source [SEP]`, the target ending at `[SEP]`)
+    transduces sources. `options` are `generate`'s (max_new_tokens, temperature, top_k, top_p,
+    seed, num_beams, length_penalty)."""
     from bertology import models
     from bertology.data.tokenizers import for_data
     from bertology.train.checkpoint import load_params
 
-    if not prompts:
-        raise UserError("no prompts; give at least one")
+    what = "source" if sources else "prompt"
+    if not texts:
+        raise UserError(f"no {what}s; give at least one")
     params, config = load_params(checkpoint_dir)
     model = models.build(config["model"])
+    family = config["model"]["family"]
+    transducer = isinstance(model, (EncoderDecoder, unilm.Model))
     if not is_decoder(model):
-        raise UserError(f"{checkpoint_dir} holds a {config['model']['family']} model, which is not a decoder; "
-                        "generate from a causal LM run such as configs/gpt.py's")
+        raise UserError(f"{checkpoint_dir} holds a {family} model, which is not a decoder; generate from a causal LM "
+                        "(configs/gpt.py), an encoder-decoder (BART, T5, MASS) or a UniLM run")
+    if transducer != sources:
+        raise UserError(f"{checkpoint_dir} holds a {family} model, which " + (
+            "maps a source to a target; pass --source, not --prompt" if transducer else
+            "continues a prompt; pass --prompt, not --source"))
     tokenizer = for_data(config["data"])
-    encoded = [tokenizer.encode(p) for p in prompts]
-    for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
+    encoded = [tokenizer.encode(t) for t in texts]
+    for i, (text, ids) in enumerate(zip(texts, encoded)):
         if not ids:
-            raise UserError(f"prompt {i} ({prompt!r}) is empty; give some text to continue")
+            raise UserError(f"{what} {i} ({text!r}) is empty; give some text to " + ("transduce" if sources else "continue"))
+    eos = tokenizer.eos_id
+    if transducer:
+        encoded = [frame_source(model, tokenizer, e, config["data"].get("max_seq_length")) for e in encoded]
+    if isinstance(model, EncoderDecoder):
+        options["decoder_start_id"] = decoder_start_id(config["data"], family, tokenizer)
+    elif isinstance(model, unilm.Model):
+        eos, options["mask_id"] = tokenizer.sep_id, tokenizer.mask_id
     width = max(map(len, encoded))
     ids = np.array([e + [0] * (width - len(e)) for e in encoded], np.int32)
     mask = (np.arange(width)[None] < np.array([len(e) for e in encoded])[:, None]).astype(np.int32)
     options.setdefault("max_new_tokens", 50)
-    tokens = generate(model, jax.device_put(params), ids, mask, eos_id=tokenizer.eos_id, **options)
-    texts = []
+    tokens = generate(model, jax.device_put(params), ids, mask, eos_id=eos, **options)
+    out = []
     for row in tokens.tolist():
-        end = row.index(tokenizer.eos_id) if tokenizer.eos_id in row else len(row)
-        texts.append(tokenizer.decode(row[:end]))
-    return texts
+        end = row.index(eos) if eos in row else len(row)
+        out.append(tokenizer.decode(row[:end]))
+    return out

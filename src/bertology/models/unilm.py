@@ -16,13 +16,14 @@ and widens the two-row segment table to six rows as unilm-v1's `from_pretrained`
 loop's `init_checkpoint` adopts only a checkpoint of the config's own family; for a BERT
 checkpoint it has to keep this config's model block and start from `from_bert(saved, fresh)`.)
 
-`greedy_seq2seq` decodes a target for a source the UniLM way: the next token is the MLM
-prediction at a `[MASK]` appended after the tokens so far, under the sequence-to-sequence mask.
+`bertology.generation` decodes a target for a source the UniLM way (greedy, sampled or beam
+search): the next token is the MLM prediction at a `[MASK]` appended after the tokens so far,
+under the sequence-to-sequence mask, against the KV cache (`next_token`, `seq2seq_batch`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -105,52 +106,48 @@ def seq2seq_batch(ids: jax.Array, mask: jax.Array, positions: jax.Array, source_
             "prefix_length": jnp.full((rows,), source_length, jnp.int32)}
 
 
-def greedy_seq2seq(model: Model, params: Any, input_ids: np.ndarray, input_mask: np.ndarray, *, max_length: int,
-                   mask_id: int, eos_id: int, pad_id: int = 0) -> np.ndarray:
-    """Greedy targets [batch, max_length] for left-padded sources ([batch, S]: `[CLS] source
-    [SEP]` ending at the last slot, `input_mask` 0 on the padding), with the KV cache.
-
-    Step t feeds the previous target token and a `[MASK]` at the next slot (positions continue
-    each row's own count, `cumsum(mask) - 1`), reads the MLM prediction at the `[MASK]`, and
-    then rewinds the cache index by one so the next step overwrites the `[MASK]` with the token
-    chosen for it: the cache only ever holds source and real target tokens, as unilm-v1's
-    decoder keeps. Tokens after a row's `eos_id` are `pad_id`.
-    """
-    rows, source_length = input_ids.shape
-    total = source_length + max_length
-    positions = np.maximum(np.cumsum(input_mask, axis=1) - 1, 0).astype(np.int32)
-    ids = jnp.asarray(input_ids, jnp.int32)
-    mask = jnp.asarray(input_mask, jnp.int32)
-    next_position = jnp.asarray(input_mask.sum(axis=1), jnp.int32)[:, None]  # the first target's position
-    blank = jnp.zeros((rows, total), jnp.int32)
-    cache = model.init(jax.random.key(0), seq2seq_batch(blank, blank, blank, source_length, jnp.arange(total)),
-                       method=Model.next_token)["cache"]
-    rewind: Callable[[Any], Any] = lambda c: jax.tree_util.tree_map_with_path(  # noqa: E731
-        lambda p, x: x - 1 if jax.tree_util.keystr(p).endswith("['index']") else x, c)
-
-    @jax.jit
-    def step(cache: Any, ids: jax.Array, mask: jax.Array, positions: jax.Array,
-             slots: jax.Array) -> tuple[jax.Array, Any]:
-        batch = seq2seq_batch(ids, mask, positions, source_length, slots)
-        logits, variables = model.apply({"params": params, "cache": cache}, batch, method=Model.next_token,
-                                        mutable=["cache"])
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32), rewind(variables["cache"])
-
-    masks = jnp.full((rows, 1), mask_id, jnp.int32)
-    ones = jnp.ones((rows, 1), jnp.int32)
-    token, cache = step(cache, jnp.concatenate([ids, masks], 1), jnp.concatenate([mask, ones], 1),
-                        jnp.concatenate([jnp.asarray(positions), next_position], 1), jnp.arange(source_length + 1))
-    out = [token]
-    for t in range(1, max_length):
-        fed = jnp.concatenate([token[:, None], masks], 1)
-        slots = source_length + t - 1 + jnp.arange(2)
-        token, cache = step(cache, fed, jnp.ones((rows, 2), jnp.int32), next_position + t - 1 + jnp.arange(2), slots)
-        out.append(token)
-    return after_eos(np.asarray(jnp.stack(out, 1)), eos_id, pad_id)
+# unilm-v1 run_seq2seq.py's fine-tuning (`--mask_prob 0.7`): the share of target tokens masked.
+TARGET_MASK_PROB = 0.7
 
 
-def after_eos(tokens: np.ndarray, eos_id: int, pad_id: int) -> np.ndarray:
-    """`tokens` with everything after each row's first `eos_id` set to `pad_id`."""
-    seen = np.cumsum(tokens == eos_id, axis=1)
-    ended = (seen - (tokens == eos_id)) > 0
-    return np.where(ended, pad_id, tokens)
+def finetune_rows(sources: list[np.ndarray], targets: list[np.ndarray], source_length: int, target_length: int,
+                  tokenizer: Any) -> dict[str, np.ndarray]:
+    """Sequence-to-sequence fine-tuning rows `[CLS] source [SEP] target [SEP]` (right-padded to
+    source_length + target_length; the source cut to source_length - 2 tokens, the target to
+    target_length - 1), with the segments, mask kind and prefix length of `seq2seq_batch`."""
+    rows = len(sources)
+    length = source_length + target_length
+    ids = np.full((rows, length), tokenizer.pad_id, np.int32)
+    prefix = np.zeros(rows, np.int32)
+    for i, (s, t) in enumerate(zip(sources, targets)):
+        a = [tokenizer.cls_id, *s[: source_length - 2], tokenizer.sep_id]
+        b = [*t[: target_length - 1], tokenizer.sep_id]
+        ids[i, : len(a) + len(b)] = a + b
+        prefix[i] = len(a)
+    mask = (np.arange(length)[None] < (ids != tokenizer.pad_id).sum(1)[:, None]).astype(np.int32)
+    source, target = UNILM_SEGMENTS["seq2seq"]
+    return {"input_ids": ids, "input_mask": mask,
+            "segment_ids": np.where(np.arange(length)[None] < prefix[:, None], source, target).astype(np.int32) * mask,
+            "mask_kind": np.full(rows, SEQ2SEQ, np.int32), "prefix_length": prefix}
+
+
+def mask_targets(rows: dict[str, np.ndarray], rng: np.random.Generator, tokenizer: Any, *, max_predictions: int,
+                 prob: float = TARGET_MASK_PROB) -> dict[str, np.ndarray]:
+    """`rows` (of `finetune_rows`) with target tokens masked for the MLM loss, as unilm-v1 fine-tunes:
+    per row min(max_predictions, max(1, round(prob · target tokens))) positions drawn uniformly
+    among the target's tokens (its closing [SEP] included, so the model learns to stop), each
+    replaced 80/10/10 by [MASK] / a random token / itself. The source is never masked."""
+    from bertology.data.masking import _corrupt
+
+    ids, real = rows["input_ids"], rows["input_mask"] > 0
+    slots = np.arange(ids.shape[1])[None]
+    target = real & (slots >= rows["prefix_length"][:, None])
+    count = np.minimum(max_predictions, np.maximum(1, np.round(prob * target.sum(1)))).astype(int)
+    keys = np.where(target, rng.random(ids.shape), 2.0)  # non-target slots sort last
+    order = np.argsort(keys, axis=1)[:, :max_predictions]
+    weights = np.arange(max_predictions)[None] < count[:, None]
+    positions = np.sort(np.where(weights, order, ids.shape[1]), axis=1)
+    positions, weights = np.where(positions < ids.shape[1], positions, 0).astype(np.int32), positions < ids.shape[1]
+    corrupted = _corrupt(ids, positions, weights, rng, vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
+                         special=np.asarray(sorted(tokenizer.special_ids)), mask_prob=0.8, random_prob=0.1)
+    return {**rows, **corrupted}

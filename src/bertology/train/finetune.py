@@ -38,7 +38,8 @@ from bertology.data.tokenizers import for_data, load_tokenizer
 from bertology.errors import UserError
 from bertology.data.transforms import seq2seq_rows
 from bertology.evaluation import outputs
-from bertology.generation import generate
+from bertology.generation import decoder_start_id, frame_source, generate
+from bertology.models import unilm
 from bertology.models.presets import bert_preset
 from bertology.models.transformer import EncoderDecoder
 from bertology.models.tasks import MODES, TaskModel
@@ -374,9 +375,9 @@ def _results(run: run_lib.Run, summary: dict, task: tasks.Task, config: ml_colle
     return results
 
 
-def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, int]:
-    """(model, pretrained params or None, tokenizer, vocab path, decoder start id) of an
-    encoder-decoder run (`init_checkpoint`: its model, parameters, vocabulary with its sentinels or
+def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, int | None]:
+    """(model, pretrained params or None, tokenizer, vocab path, decoder start id; None for UniLM)
+    of an encoder-decoder or UniLM run (`init_checkpoint`: its model, parameters, vocabulary with its sentinels or
     <mask>, and decoder start) or from `model` (scratch; `data.vocab`, `data.extra_ids`,
     `data.add_mask`). The start id is `data.decoder_start` if set, else the pretraining
     objective's: EOS after BART/MASS denoising, the pad id otherwise (T5)."""
@@ -397,14 +398,13 @@ def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, st
                         f"{model_config.vocab_size}; set data.vocab, data.extra_ids or data.add_mask to the "
                         "pretraining run's")
     model = models.build(model_config)
+    if isinstance(model, unilm.Model):
+        return model, pretrained, tokenizer, str(data["vocab"]), None
     if not isinstance(model, EncoderDecoder):
-        raise UserError(f"task {config.task} needs an encoder-decoder (t5, bart) but the model is "
-                        f"{model_config.family}; use configs/finetune/seq2seq.py's model or a BART/T5/MASS checkpoint")
-    start = data.get("decoder_start")
-    if start is None:
-        start = tokenizer.eos_id if data.get("objective") in ("bart", "mass") or model_config.family == "bart" \
-            else tokenizer.pad_id
-    return model, pretrained, tokenizer, str(data["vocab"]), int(start)
+        raise UserError(f"task {config.task} needs an encoder-decoder (t5, bart) or UniLM but the model is "
+                        f"{model_config.family}; use configs/finetune/seq2seq.py's model or a BART/T5/MASS/UniLM "
+                        "checkpoint")
+    return model, pretrained, tokenizer, str(data["vocab"]), decoder_start_id(data, model_config.family, tokenizer)
 
 
 def seq2seq_arrays(examples: list[dict], tokenizer: Any, source_length: int, target_length: int,
@@ -417,11 +417,35 @@ def seq2seq_arrays(examples: list[dict], tokenizer: Any, source_length: int, tar
     return seq2seq_rows(inputs, targets, source_length, target_length, tokenizer.pad_id, decoder_start)
 
 
+class TargetMasked:
+    """UniLM's fine-tuning batches: `rows`' batches with their targets masked afresh each batch
+    (`unilm.mask_targets`, `data.target_mask_prob` of the target tokens, unilm-v1's 0.7), drawn
+    from (seed, batch position) so that a resumed run masks exactly as the first did."""
+
+    def __init__(self, rows: ShuffledRows, tokenizer: Any, max_predictions: int, prob: float, seed: int):
+        self.rows, self.tokenizer, self.max_predictions, self.prob, self.seed = rows, tokenizer, max_predictions, prob, seed
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.rows.set_state(state)
+
+    def get_state(self) -> dict[str, Any]:
+        return self.rows.get_state()
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng([self.seed, self.rows.position])
+        return unilm.mask_targets(next(self.rows), rng, self.tokenizer, max_predictions=self.max_predictions,
+                                  prob=self.prob)
+
+
 def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, task: tasks.Task) -> dict[str, Any]:
     """`finetune` for a seq2seq task: teacher-forced training with the seq2seq objective
     (`label_smoothing`), evaluation by generation (`generation.*`: num_beams, length_penalty,
     max_new_tokens, default data.max_target_length) on the first `eval_examples` of each
-    evaluation split, scored by the task (ROUGE-1/2/L/Lsum, BLEU)."""
+    evaluation split, scored by the task (ROUGE-1/2/L/Lsum, BLEU). A UniLM model instead trains
+    as the paper fine-tunes it: `[CLS] source [SEP] target [SEP]` under the sequence-to-sequence
+    mask, MLM on `data.target_mask_prob` (default 0.7) of the target tokens, at most
+    `data.max_predictions_per_seq` (default the target length) per row; it decodes at a [MASK]
+    after the tokens so far, ending at [SEP]."""
     if config.mode != "full":
         raise UserError(f"mode={config.mode!r}: seq2seq tasks fine-tune the whole model; use mode=full")
     validation.check(config)
@@ -430,22 +454,42 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
     source_length, target_length = config.data.max_seq_length, config.data.get("max_target_length", 64)
     options = dict(config.get("generation", {}))
     generation_options = dict(num_beams=options.get("num_beams", 1), length_penalty=options.get("length_penalty", 1.0),
-                              max_new_tokens=options.get("max_new_tokens") or target_length,
-                              eos_id=tokenizer.eos_id, decoder_start_id=start)
+                              max_new_tokens=options.get("max_new_tokens") or target_length)
+    is_unilm = isinstance(model, unilm.Model)
+    if is_unilm:
+        generation_options.update(eos_id=tokenizer.sep_id, mask_id=tokenizer.mask_id)
+    else:
+        generation_options.update(eos_id=tokenizer.eos_id, decoder_start_id=start)
     splits = task.load(config.data.dir, config.data.cache_dir, log=log)
     if not splits.get("train"):
         raise UserError(f"task {task.name} has no training examples; check its files under data.dir")
-    train_arrays = seq2seq_arrays(splits["train"], tokenizer, source_length, target_length, start)
+    if is_unilm:
+        encode = lambda side: [np.asarray(tokenizer.encode(e[side]), np.int32) for e in splits["train"]]  # noqa: E731
+        train_arrays = unilm.finetune_rows(encode("source"), encode("target"), source_length, target_length, tokenizer)
+        prob = config.data.get("target_mask_prob", unilm.TARGET_MASK_PROB)
+        if not 0.0 < prob <= 1.0:
+            raise UserError(f"data.target_mask_prob={prob} must be in (0, 1]; UniLM fine-tunes at 0.7")
+        max_predictions = config.data.get("max_predictions_per_seq") or target_length
+        rows = TargetMasked(ShuffledRows(train_arrays, config.batch_size, config.seed), tokenizer, max_predictions,
+                            prob, config.seed)
+        objective = objectives.get("roberta")
+        example = {k: v[:1] for k, v in unilm.mask_targets({k: v[:1] for k, v in train_arrays.items()},
+                                                           np.random.default_rng(0), tokenizer,
+                                                           max_predictions=max_predictions).items()}
+    else:
+        train_arrays = seq2seq_arrays(splits["train"], tokenizer, source_length, target_length, start)
+        rows = ShuffledRows(train_arrays, config.batch_size, config.seed)
+        objective = objectives.get({"name": "seq2seq", "label_smoothing": config.get("label_smoothing", 0.0)})
+        example = {k: v[:1] for k, v in train_arrays.items()}
     n_train = len(train_arrays["input_ids"])
     total = config.total_steps or config.epochs * math.ceil(n_train / config.batch_size)
     opt_cfg = ml_collections.ConfigDict(config.optimizer.to_dict())
     if opt_cfg.warmup_steps is None:
         opt_cfg.warmup_steps = int(round(opt_cfg.warmup_fraction * total))
-    objective = objectives.get({"name": "seq2seq", "label_smoothing": config.get("label_smoothing", 0.0)})
     eval_examples = config.get("eval_examples") or None
     t0 = time.time()
     with run_lib.setup(
-        config, workdir, model=model, objective=objective, example={k: v[:1] for k, v in train_arrays.items()},
+        config, workdir, model=model, objective=objective, example=example,
         optimizer=lambda params: optimizer_lib.make(opt_cfg, total),
         start_params=None if pretrained is None else (lambda fresh: merge_pretrained(fresh, pretrained, config.init_checkpoint)),
     ) as run:
@@ -468,7 +512,6 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
         n_params = sum(x.size for x in jax.tree.leaves(run.state["params"]))
         log(f"fine-tuning {task.name} (seq2seq, {n_params / 1e6:.2f}M params) from {config.init_checkpoint or 'scratch'}: "
             f"{n_train} training rows, {total} steps of {config.batch_size}")
-        rows = ShuffledRows(train_arrays, config.batch_size, config.seed)
         results = _results(run, run.fit(rows, total, scores), task, config, latest, evaluate, workdir, t0)
     if results.get("preempted"):
         return results
@@ -482,7 +525,7 @@ def _generate_texts(model: Any, params: Any, examples: list[dict], tokenizer: An
     """The decoded generation (up to EOS) for every example's source, in batches of one shape
     (rows of source_length; the last batch filled by wrapping around, then trimmed) so that
     decoding compiles once."""
-    ids = np.asarray([tokenizer.encode(e["source"])[: source_length - 1] + [tokenizer.eos_id] for e in examples],
+    ids = np.asarray([frame_source(model, tokenizer, tokenizer.encode(e["source"]), source_length) for e in examples],
                      dtype=object)
     texts = []
     for begin in range(0, len(examples), batch_size):
@@ -491,8 +534,9 @@ def _generate_texts(model: Any, params: Any, examples: list[dict], tokenizer: An
         batch = np.array([r + [tokenizer.pad_id] * (width - len(r)) for r in rows], np.int32)
         mask = (np.arange(width)[None] < np.array([len(r) for r in rows])[:, None]).astype(np.int32)
         tokens = generate(model, params, batch, mask, **options)
+        eos = options["eos_id"]
         for row in tokens[: min(batch_size, len(examples) - begin)].tolist():
-            end = row.index(tokenizer.eos_id) if tokenizer.eos_id in row else len(row)
+            end = row.index(eos) if eos in row else len(row)
             texts.append(tokenizer.decode(row[:end]))
     return texts
 
