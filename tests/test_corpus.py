@@ -2,7 +2,6 @@
 
 import sys
 
-import numpy as np
 import pytest
 
 from bertology.data import corpus as corpus_lib

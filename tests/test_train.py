@@ -1,7 +1,6 @@
 """End-to-end pretraining on the embedded corpus: learning, exact resume, multi-device parity."""
 
 import json
-import os
 import pathlib
 import signal
 import subprocess
