@@ -40,7 +40,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from benchmarks import report, train_step_seq2seq
+from benchmarks import report, train_step, train_step_seq2seq
 from bertology import models
 from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         config = gpt_config(args.preset, args.vocab_size)
     else:
         vocab = args.vocab_size or train_step_seq2seq.VOCAB[args.recipe]
-        config = train_step_seq2seq.seq2seq_config(args.recipe, args.preset, vocab, "float32", "none")
+        config = train_step.recipe_config(args.recipe, args.preset, vocab, "float32", "none")
     cfg = models.encoder_config(config.model)
     start = train_step_seq2seq.START.get(args.recipe)
     options = {} if start is None else dict(decoder_start_id=start, num_beams=args.num_beams)

@@ -106,13 +106,6 @@ def hf_seq2seq_model(block: dict[str, Any], seed: int = 0) -> tuple[Any, Any]:
     from transformers.models.t5 import modeling_flax_t5
 
     modeling_flax_t5.jnp = _ClipWithOldKeywords()
-    if block["family"] == "t5":
-        # T5 (and HF's T5) also drops out the feed-forward hidden units at dropout_rate; the export
-        # record pins activation_dropout_rate to 0, so the config is written from a block without it.
-        if block.get("activation_dropout_rate", 0.0) != block.get("dropout_rate", 0.1):
-            raise UserError("HF's T5 drops out the feed-forward hidden units at dropout_rate; set "
-                            "model.activation_dropout_rate=model.dropout_rate to train the same network")
-        block = {**block, "activation_dropout_rate": 0.0}
     record = families.for_run(block)
     if record not in (families.T5, families.BART):
         raise UserError(f"family {block['family']!r} has no Flax seq2seq reference; benchmark configs/t5.py or "

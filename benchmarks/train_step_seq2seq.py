@@ -27,15 +27,6 @@ VOCAB = {"t5": 32128, "bart": 50265}  # the released checkpoints' tables (T5's p
 START = {"t5": 0, "bart": 2}  # decoder_start_token_id: T5's pad, BART's EOS
 
 
-def seq2seq_config(recipe: str, preset: str, vocab_size: int, dtype: str, remat: str) -> Any:
-    """configs/<recipe>.py's config for `preset` (`recipe_config`), where T5 also drops out the
-    feed-forward hidden units at its dropout rate, as T5 and HF's T5 do."""
-    config = recipe_config(recipe, preset, vocab_size, dtype, remat)
-    if recipe == "t5":
-        config.model.activation_dropout_rate = config.model.dropout_rate
-    return config
-
-
 def seq2seq_batch(vocab_size: int, batch: int, source: int, target: int, start_id: int,
                   seed: int = 0) -> dict[str, np.ndarray]:
     """Random source and target rows as the seq2seq transforms give them: the decoder input is
@@ -83,7 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     args.preset = args.preset or RECIPES[args.recipe]
     args.vocab_size = args.vocab_size or VOCAB[args.recipe]
-    config = seq2seq_config(args.recipe, args.preset, args.vocab_size, args.dtype, args.remat)
+    config = recipe_config(args.recipe, args.preset, args.vocab_size, args.dtype, args.remat)
     positions = config.model.get("max_position_embeddings", 0) - config.model.get("position_offset", 0)
     target_len = args.target_len or round(args.seq_len * config.data.max_target_length / config.data.max_seq_length)
     if config.model.get("positions", "absolute") == "absolute" and max(args.seq_len, target_len) > positions:

@@ -57,8 +57,9 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
                    embedding_norm=False, scale_attention=False, layer_norm_eps=1e-6, pooler=False, init_scheme="t5",
                    relative_buckets=32, relative_max_distance=128,
                    activation="gated_gelu" if v1_1 else "relu", tie_embeddings=not v1_1)
-    if v1_1:  # v1.1 turned dropout off in pretraining
-        c.model.update(dropout_rate=0.0, attention_dropout_rate=0.0)
+    # T5 has one dropout rate, applied to the attention probabilities and the feed-forward hidden layer too
+    rate = 0.0 if v1_1 else c.model.dropout_rate  # v1.1 turned dropout off in pretraining
+    c.model.update(dropout_rate=rate, attention_dropout_rate=rate, activation_dropout_rate=rate)
     length = 128 if small else 512
     # T5's 100 sentinels <extra_id_k> sit on top of the vocabulary, <extra_id_0> last.
     c.data.update(objective="span_corruption", max_seq_length=length, max_target_length=TARGET_LENGTH[length],

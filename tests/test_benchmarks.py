@@ -93,10 +93,8 @@ def test_gpt_train_step_against_hugging_face_writes_its_own_table(tmp_path):
 def test_seq2seq_reference_is_the_same_network_with_the_same_loss(recipe, tmp_path):
     config = train_step.recipe_config(recipe, "tiny", 96, "float32", "none")
     block = dict(config.model)
-    if recipe == "t5":
-        with pytest.raises(UserError, match="set model.activation_dropout_rate=model.dropout_rate"):
-            reference.hf_seq2seq_model(block)
-        config.model.activation_dropout_rate = config.model.dropout_rate
+    if recipe == "t5":  # T5's one dropout rate covers the feed-forward hidden layer too, as HF's T5
+        assert config.model.activation_dropout_rate == config.model.dropout_rate > 0
     batch = train_step_seq2seq.seq2seq_batch(96, 4, 12, 7, train_step_seq2seq.START[recipe], seed=1)
     assert batch["input_mask"][3].sum() == 6 and batch["target_weights"][3].sum() == 3  # padding in both inputs
     model = models.build(config.model)

@@ -48,7 +48,7 @@ HF = {  # name: (class, config class, config)
 # positions counted from 2, embedding LayerNorm, LayerNorm eps 1e-5).
 T5_BLOCK = dict(family="t5", vocab_size=V, hidden_size=24, head_size=10, num_heads=3, intermediate_size=40,
                 num_layers=2, relative_buckets=8, relative_max_distance=6, dropout_rate=0.15,
-                attention_dropout_rate=0.15, layer_norm_eps=1e-5, norm="pre", norm_kind="rmsnorm", use_bias=False,
+                attention_dropout_rate=0.15, activation_dropout_rate=0.15, layer_norm_eps=1e-5, norm="pre", norm_kind="rmsnorm", use_bias=False,
                 positions="relative_bias", scale_attention=False, embedding_norm=False, type_vocab_size=0)
 EXPECTED = {
     "t5_v1_0": dict(T5_BLOCK, activation="relu", tie_embeddings=True),
@@ -193,6 +193,7 @@ def test_what_we_would_compute_differently_is_refused(name, edits, message, tmp_
 
 @pytest.mark.parametrize("name, edits, message", [
     ("t5_v1_0", dict(attention_dropout_rate=0.0), "t5 has one dropout rate"),
+    ("t5_v1_0", dict(activation_dropout_rate=0.0), "model.activation_dropout_rate=0.0 must equal"),
     ("t5_v1_0", dict(norm="post"), r"t5 needs model\.norm='pre' \(not 'post'\)"),
     ("bart", dict(position_offset=0), "bart counts positions from 2"),
 ])

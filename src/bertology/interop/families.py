@@ -252,7 +252,7 @@ T5_KEYS = (
     ("relative_buckets", "relative_attention_num_buckets"),
     ("relative_max_distance", "relative_attention_max_distance"),
 )
-T5_FIXED = {**{k: v for k, v in CORE.items() if k != "head_size"}, "norm": "pre", "norm_kind": "rmsnorm",
+T5_FIXED = {**{k: v for k, v in CORE.items() if k not in ("head_size", "activation_dropout_rate")}, "norm": "pre", "norm_kind": "rmsnorm",
             "use_bias": False, "positions": "relative_bias", "type_vocab_size": 0, "embedding_norm": False,
             "scale_attention": False}
 T5_DEFAULTS = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,

@@ -116,15 +116,17 @@ class SameValue:
 
 @dataclasses.dataclass(frozen=True)
 class OneDropout:
-    """T5 applies its one `dropout_rate` to the attention probabilities too."""
+    """T5 applies its one `dropout_rate` to the attention probabilities and to the feed-forward
+    hidden layer too (`T5DenseActDense`: wi → activation → dropout → wo)."""
 
     def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        block["attention_dropout_rate"] = block["dropout_rate"]
+        block["attention_dropout_rate"] = block["activation_dropout_rate"] = block["dropout_rate"]
 
     def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
-        if cfg.attention_dropout_rate != cfg.dropout_rate:
-            raise UserError(f"{hf['model_type']} has one dropout rate; model.attention_dropout_rate="
-                            f"{cfg.attention_dropout_rate} must equal model.dropout_rate={cfg.dropout_rate}")
+        for key in ("attention_dropout_rate", "activation_dropout_rate"):
+            if getattr(cfg, key) != cfg.dropout_rate:
+                raise UserError(f"{hf['model_type']} has one dropout rate; model.{key}="
+                                f"{getattr(cfg, key)} must equal model.dropout_rate={cfg.dropout_rate}")
 
 
 @dataclasses.dataclass(frozen=True)
