@@ -224,6 +224,16 @@ def test_config_drift_on_resume_is_refused_unless_allowed(straight, tmp_path):
     assert json.loads((work / "config.json").read_text())["seed"] == 1
 
 
+def test_a_key_added_since_the_run_started_is_not_drift(straight, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(straight[0], work)
+    saved = json.loads((work / "config.json").read_text())
+    del saved["grad_accum_steps"]  # as written by a version that had no such key
+    (work / "config.json").write_text(json.dumps(saved))
+    out = fit(work, 8)  # resumed from step 6, not refused
+    assert [h["step"] for h in out["history"]] == [7, 8]
+
+
 def live_lock(path, pid, host, heartbeat):
     path.write_text(json.dumps({"pid": pid, "host": host, "started": heartbeat, "heartbeat": heartbeat}))
 

@@ -137,9 +137,10 @@ def check_config_drift(config: ml_collections.ConfigDict, workdir: epath.Path) -
     now = _flat(json.loads(config.to_json_best_effort()))
     listed = [k.strip() for k in str(config.get("allow_config_change") or "").split(",") if k.strip()]
     allowed = (*SAFE_TO_CHANGE, *listed)
-    # A key added to the configs since the workdir was written reads as None there (its default).
+    # A key added to the configs since the workdir was written (absent from its config.json) is
+    # not drift: the run never had that setting, so upgrading the code mid-run keeps it resumable.
     differ = [k for k in sorted(saved.keys() | now.keys())
-              if not same_value(saved.get(k), now.get(k))
+              if k in saved and not same_value(saved[k], now.get(k))
               and not any(k == a or k.startswith(a + ".") for a in allowed)]
     if differ:
         shown = ", ".join(f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in differ[:6]) + (" ..." if len(differ) > 6 else "")
