@@ -143,6 +143,8 @@ CASES = [
     ("finetune epochs=0", "finetune", _finetune(total_steps=None, epochs="0"), "epochs=0"),
     ("finetune warmup_fraction>1", "finetune", _finetune(optimizer__warmup_fraction="1.5"), "optimizer.warmup_fraction=1.5"),
     ("finetune layerwise decay 0", "finetune", _finetune(optimizer__layerwise_lr_decay="0.0"), "optimizer.layerwise_lr_decay=0.0"),
+    ("finetune quantize int4", "finetune", _finetune(quantize="int4"), "quantize='int4' is not one of 'none', 'int8'"),
+    ("finetune prune sparsity 1", "finetune", _finetune(prune__kind="magnitude", prune__sparsity="1.0"), "prune.sparsity=1.0"),
     ("finetune from a run whose config.json is not JSON", "finetune",
      _finetune(init_checkpoint="{p.broken_run}"), "config.json is not JSON"),
     ("finetune vocab differs from checkpoint", "finetune",

@@ -101,6 +101,16 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("data.mask_alpha", _integer(1), "XLNet: context tokens per predicted n-gram token (K = 6)"),
     ("data.mask_beta", _integer(1), "XLNet: predicted tokens per mask_alpha context tokens (1)"),
     ("data.bi_data", _boolean(), "XLNet: half the batch as reversed lanes"),
+    ("model.activation_dropout_rate", _number(0, 1, hi_open=True), "the dropout probability after the FFN activation"),
+    ("distill_temperature", _positive(), "the softmax temperature of task distillation, e.g. 1.0"),
+    ("quantize", _one_of("none", "int8"), "none or Q8BERT's int8 quantization-aware training"),
+    ("quant_ema_decay", _number(0, 1, hi_open=True), "the activation ranges' moving-average decay, e.g. 0.9999"),
+    ("prune.kind", _one_of("none", "magnitude", "heads"), "the pruning method"),
+    ("prune.sparsity", _number(0, 1, hi_open=True), "the final fraction pruned, e.g. 0.9"),
+    ("prune.scope", _one_of("global", "per_matrix"), "where magnitude pruning ranks weights"),
+    ("prune.begin_fraction", _number(0, 1), "when pruning starts, as a fraction of the steps"),
+    ("prune.end_fraction", _number(0, 1), "when pruning reaches its sparsity, as a fraction of the steps"),
+    ("prune.every", _integer(1), "steps between mask updates"),
 )
 _UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps")
 
