@@ -99,6 +99,18 @@ def theirs(config: Any) -> tuple[Callable, dict]:
     return jitted_step(model, hf_loss, model.params, config)
 
 
+def parse_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`p`'s arguments plus the flags every train-step benchmark shares (dtype, remat, steps,
+    peak FLOP/s, skipping the reference, output directory), parsed from `argv`."""
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--remat", default="none", choices=("none", "full", "dots_saveable"))
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--peak_flops", type=float, default=None, help="the device's peak FLOP/s, for MFU")
+    p.add_argument("--no_reference", action="store_true", help="skip Hugging Face (e.g. on a GPU run)")
+    p.add_argument("--out", default="runs/benchmarks")
+    return p.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="base")
@@ -106,13 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seq_len", type=int, default=128)
     p.add_argument("--predictions", type=int, default=20, help="max_predictions_per_seq (gathered MLM positions)")
     p.add_argument("--vocab_size", type=int, default=30522, help="BERT's uncased vocabulary size")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    p.add_argument("--remat", default="none", choices=("none", "full", "dots_saveable"))
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--peak_flops", type=float, default=None, help="the device's peak FLOP/s, for MFU")
-    p.add_argument("--no_reference", action="store_true", help="skip Hugging Face (e.g. on a GPU run)")
-    p.add_argument("--out", default="runs/benchmarks")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
 
     config = bert_config(args.preset, args.vocab_size, args.dtype, args.remat)
     config.data.max_seq_length, config.data.max_predictions_per_seq = args.seq_len, args.predictions

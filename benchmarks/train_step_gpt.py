@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks.train_step import jitted_step, measure, recipe_config
+from benchmarks.train_step import jitted_step, measure, parse_args, recipe_config
 from bertology.errors import UserError
 
 
@@ -50,13 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch_size", type=int, default=1)
     p.add_argument("--seq_len", type=int, default=1024)
     p.add_argument("--vocab_size", type=int, default=50257, help="GPT-2's byte-level BPE vocabulary size")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    p.add_argument("--remat", default="none", choices=("none", "full", "dots_saveable"))
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--peak_flops", type=float, default=None, help="the device's peak FLOP/s, for MFU")
-    p.add_argument("--no_reference", action="store_true", help="skip Hugging Face (e.g. on a GPU run)")
-    p.add_argument("--out", default="runs/benchmarks")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
 
     config = recipe_config("gpt", args.preset, args.vocab_size, args.dtype, args.remat)
     if args.seq_len > config.model.max_position_embeddings:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks.train_step import jitted_step, measure, recipe_config
+from benchmarks.train_step import jitted_step, measure, parse_args, recipe_config
 from bertology.errors import UserError
 
 RECIPES = {"t5": "small", "bart": "base"}  # recipe: the preset benchmarked by default
@@ -64,13 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seq_len", type=int, default=512, help="source tokens per row")
     p.add_argument("--target_len", type=int, default=None, help="target tokens per row (default: the recipe's)")
     p.add_argument("--vocab_size", type=int, default=None, help="default: the released checkpoints' (32128, 50265)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    p.add_argument("--remat", default="none", choices=("none", "full", "dots_saveable"))
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--peak_flops", type=float, default=None, help="the device's peak FLOP/s, for MFU")
-    p.add_argument("--no_reference", action="store_true", help="skip Hugging Face (e.g. on a GPU run)")
-    p.add_argument("--out", default="runs/benchmarks")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
 
     args.preset = args.preset or RECIPES[args.recipe]
     args.vocab_size = args.vocab_size or VOCAB[args.recipe]
