@@ -144,6 +144,12 @@ def initial_carry(cfg: TransformerConfig, xl: Recurrence, batch_size: int) -> di
             "memory_mask": jnp.zeros((batch_size, xl.mem_len), jnp.int32)}
 
 
+def run_carry(cfg: TransformerConfig, xl: Recurrence, batch_size: int) -> dict[str, Array] | None:
+    """A run's first carry (the families' `initial_carry`): no memory yet, or None with mem_len 0:
+    nothing crosses batches, so the run keeps no carry (and checkpoints no empty arrays)."""
+    return initial_carry(cfg, xl, batch_size) if xl.mem_len else None
+
+
 def carry_of(batch: dict[str, Array], cfg: TransformerConfig, xl: Recurrence) -> dict[str, Array]:
     """The batch's carry, or no memory when it has none (one segment, a fresh evaluation)."""
     carry = batch.get("carry")

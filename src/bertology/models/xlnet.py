@@ -34,8 +34,7 @@ import ml_collections
 from bertology.errors import UserError
 from bertology.models import flops, transformer_config
 from bertology.models.relative import (Biases, Recurrence, RelativeAttention, carry_of, encodings, extend_memory,
-                                       recurrence, visible_keys)
-from bertology.models.relative import initial_carry as _initial_carry
+                                       recurrence, run_carry, visible_keys)
 from bertology.models.transformer import Embeddings, FeedForward, TransformerConfig, init, zeros
 
 EXTRA_KEYS = ("mem_len", "reuse_len", "clamp_len", "untie_r", "bi_data")
@@ -118,10 +117,8 @@ def build(model_config: ml_collections.ConfigDict | dict) -> Model:
 
 
 def initial_carry(model_config: ml_collections.ConfigDict | dict, batch_size: int) -> dict[str, jax.Array] | None:
-    """Per-layer memory zeros [batch, layers, mem_len, d] and its mask: no memory yet. None with
-    mem_len 0: nothing crosses batches, so the run keeps no carry (and checkpoints no empty arrays)."""
-    xl = recurrence(model_config, EXTRA_KEYS)
-    return _initial_carry(config(model_config), xl, batch_size) if xl.mem_len else None
+    """Per-layer memory zeros [batch, layers, mem_len, d] and its mask (`relative.run_carry`)."""
+    return run_carry(config(model_config), recurrence(model_config, EXTRA_KEYS), batch_size)
 
 
 def trunk(params: dict) -> dict:
