@@ -269,17 +269,20 @@ def test_tiny_family_learns_on_one_and_eight_devices(family, tmp_path):
     from bertology.train.loop import train
 
     runs = {}
-    for shape in [(1, 1), (8, 1)]:
+    # One device learns for 50 steps; eight devices repeat its first 15 on the same schedule (the
+    # step-by-step equality of the losses is what 1-vs-8 checks; more steps only cost time).
+    for shape, steps in [((1, 1), 50), ((8, 1), 15)]:
         c = load_config(family, "tiny")
-        c.batch_size, c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = 8, 50, 1, 0, 1000
-        c.optimizer.warmup_steps = 10
+        c.batch_size, c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = 8, steps, 1, 0, 1000
+        c.optimizer.warmup_steps, c.optimizer.schedule_steps = 10, 50
         c.data.max_seq_length, c.data.max_predictions_per_seq = 64, 10
         c.mesh.shape = shape
         runs[shape] = [(h["loss"], h["mlm_loss"]) for h in train(c, tmp_path / str(shape))["history"]]
     one, eight = np.array(runs[(1, 1)]), np.array(runs[(8, 1)])
     mlm = one[:, 1]
     assert mlm[-10:].mean() < mlm[:5].mean() - 0.75, mlm  # nats: far beyond step-to-step noise
-    np.testing.assert_allclose(eight, one, rtol=2e-4)
+    assert len(eight) == 15
+    np.testing.assert_allclose(eight, one[:15], rtol=2e-4)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -30,3 +30,9 @@ def test_linear_is_the_default_and_unknown_kinds_are_refused():
     assert float(f(120)) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(UserError, match="schedule"):
         schedule(_cfg(schedule="step"), 100)
+
+
+def test_schedule_steps_sets_the_horizon_so_a_short_run_follows_the_long_one():
+    long, short = schedule(_cfg(), 120), schedule(_cfg(schedule_steps=120), 30)
+    assert [float(short(s)) for s in range(31)] == [float(long(s)) for s in range(31)]
+    assert float(short(30)) == pytest.approx(6e-4 * 90 / 100)  # not yet decayed to 0 at its own end

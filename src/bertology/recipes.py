@@ -75,6 +75,9 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         eps=1e-6,
         weight_decay=0.01,
         clip_norm=1.0,
+        # The schedule's horizon; None: total_steps. A run with total_steps below it stops early on
+        # the long run's schedule (a time-sliced job; a later run with total_steps raised resumes it).
+        schedule_steps=placeholder(int),
     ))
 
     # Strategies (bertology.train.sharding.STRATEGIES): dp, fsdp, tp, fsdp_tp. tp on the default

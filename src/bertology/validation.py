@@ -71,6 +71,7 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("optimizer.schedule", _one_of("linear", "cosine"), "the decay after warmup"),
     ("optimizer.learning_rate", _positive(), "the peak learning rate, e.g. 1e-4"),
     ("optimizer.warmup_steps", _integer(0), "steps of linear warmup"),
+    ("optimizer.schedule_steps", _integer(1), "the schedule's horizon (unset: total_steps)"),
     ("optimizer.warmup_fraction", _number(0, 1), "the fraction of the steps spent warming up"),
     ("optimizer.end_learning_rate_fraction", _number(0, 1), "the final rate as a fraction of the peak"),
     ("optimizer.b1", _number(0, 1, hi_open=True), "Adam's first-moment decay, e.g. 0.9"),
@@ -112,7 +113,7 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("prune.end_fraction", _number(0, 1), "when pruning reaches its sparsity, as a fraction of the steps"),
     ("prune.every", _integer(1), "steps between mask updates"),
 )
-_UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps")
+_UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps", "optimizer.schedule_steps")
 
 
 def _get(config: ml_collections.ConfigDict, key: str) -> Any:

@@ -42,7 +42,9 @@ def decay_mask(params: Any) -> Any:
 
 def schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
     """Linear warmup to the peak, then decay to `end_learning_rate_fraction` of it (default 0) at
-    total_steps: linear (`schedule='linear'`, BERT) or half a cosine (`'cosine'`, GPT)."""
+    total_steps (or `schedule_steps` where set): linear (`schedule='linear'`, BERT) or half a cosine
+    (`'cosine'`, GPT)."""
+    total_steps = cfg.get("schedule_steps") or total_steps
     warmup = min(cfg.warmup_steps, total_steps)
     end = cfg.learning_rate * cfg.get("end_learning_rate_fraction", 0.0)
     kind = cfg.get("schedule", "linear")
