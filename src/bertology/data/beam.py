@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from typing import Sequence
@@ -96,8 +97,9 @@ def _write_meta(counts: list[tuple[int, int]], tasks: Sequence[prepare_lib.Task]
     (epath.Path(out_dir) / prepare_lib.META).write_text(json.dumps(meta))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: the corpus, vocabulary and output; Beam's options after `--`."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: the corpus, vocabulary and output; Beam's options after `--`. Bad input is
+    one line on stderr and exit status 2."""
     from bertology.data import corpus as corpus_lib
     from bertology.data.tokenizers import load_tokenizer
 
@@ -109,17 +111,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, pipeline_args = p.parse_known_args(argv)
     pipeline_args = [a for a in pipeline_args if a != "--"]
     corpus = args.corpus
-    if "://" in corpus:
-        root = epath.Path(corpus)
-        files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
-    else:
-        files = corpus_lib.corpus_files(corpus)
-    tasks = prepare_lib.plan(corpus, files)
-    meta = prepare_beam(tasks, load_tokenizer(args.vocab), args.out,
-                        tokenizer_digest=corpus_lib.tokenizer_digest(args.vocab), pipeline_args=pipeline_args)
+    try:
+        if "://" in corpus:
+            root = epath.Path(corpus)
+            files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
+        else:
+            files = corpus_lib.corpus_files(corpus)
+        tasks = prepare_lib.plan(corpus, files)
+        meta = prepare_beam(tasks, load_tokenizer(args.vocab), args.out,
+                            tokenizer_digest=corpus_lib.tokenizer_digest(args.vocab), pipeline_args=pipeline_args)
+    except UserError as e:
+        print(f"python -m bertology.data.beam: error: {e}", file=sys.stderr)
+        return 2
     print(f"{sum(meta['documents'])} documents in {len(meta['shards'])} shards in {args.out} "
           f"({meta['bytes'] / 1e6:.1f} MB in {meta['seconds']:.1f} s)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
