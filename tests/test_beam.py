@@ -1,48 +1,138 @@
-"""The Beam preparation path: DirectRunner writes the same shards as the multi-process path,
-and training reads its output directory as a prepared corpus."""
+"""Encoder-decoder decoding against Hugging Face: random BART and T5 (v1.0 and v1.1 shapes) built
+in transformers, converted into ours, and decoded by both with the same settings, several source
+rows of different lengths in one batch. Greedy tokens, and beam search's every returned hypothesis
+and its score, must be transformers' `generate` output token for token."""
 
-import json
+import os
 
+import numpy as np
 import pytest
 
-from bertology.data import corpus as corpus_lib
-from bertology.data import prepare
-from bertology.data.embedded import DEFAULT_VOCAB, embedded_corpus_path
-from bertology.data.tokenizers import load_tokenizer
-from bertology.errors import UserError
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
 
-beam = pytest.importorskip("apache_beam", reason="apache-beam is not installed (pip install '.[beam]')")
-from bertology.data.beam import prepare_beam  # noqa: E402
+from test_interop_seq2seq import build_hf  # noqa: E402
 
-TOK = load_tokenizer(DEFAULT_VOCAB)
+from bertology import models  # noqa: E402
+from bertology.errors import UserError  # noqa: E402
+from bertology.generation import beam_search, generate  # noqa: E402
+from bertology.interop import import_hf  # noqa: E402
+from bertology.train.checkpoint import load_params  # noqa: E402
 
-
-def test_direct_runner_writes_the_multiprocess_shards(tmp_path):
-    """The embedded corpus in ~100 kB tasks: every shard byte-identical, the same document counts."""
-    corpus = embedded_corpus_path()
-    tasks = prepare.plan(corpus, [corpus], chunk_bytes=100_000)
-    assert len(tasks) > 10
-    digest = corpus_lib.tokenizer_digest(DEFAULT_VOCAB)
-    pool = prepare.prepare(tasks, TOK, tmp_path / "pool", workers=2, progress=False, tokenizer_digest=digest)
-    direct = prepare_beam(tasks, TOK, tmp_path / "beam", tokenizer_digest=digest,
-                          pipeline_args=["--runner=DirectRunner", "--direct_num_workers=2",
-                                         "--direct_running_mode=multi_threading"])
-    assert direct["shards"] == pool["shards"] and direct["documents"] == pool["documents"]
-    assert sum(direct["documents"]) == sum(1 for _ in corpus_lib.read_documents([corpus]))
-    for name in pool["shards"]:
-        assert (tmp_path / "beam" / name).read_bytes() == (tmp_path / "pool" / name).read_bytes(), name
+SOURCE_LENGTHS = (9, 4, 6, 2)  # right-padded rows of one batch
+NEW = 8
+START = {"bart": 2, "t5_v1_0": 0, "t5_v1_1": 0}  # decoder_start_token_id: BART's EOS, T5's pad
+SETTINGS = [  # (num_beams, length_penalty, early_stopping)
+    (3, 1.0, False),
+    (4, 0.6, True),
+    (3, 2.0, "never"),
+    (2, -0.5, False),
+]
 
 
-def test_a_prepared_directory_is_a_corpus_for_its_vocabulary_only(tmp_path):
-    (tmp_path / "c.txt").write_text("\n\n".join(f"Document {d} here.\nIts second line." for d in range(60)) + "\n")
-    tasks = prepare.plan(tmp_path / "c.txt", [tmp_path / "c.txt"], chunk_bytes=500)
-    prepare_beam(tasks, TOK, tmp_path / "out", tokenizer_digest=corpus_lib.tokenizer_digest(DEFAULT_VOCAB))
-    docs = corpus_lib.load_documents(tmp_path / "out", TOK, DEFAULT_VOCAB, tmp_path / "cache", log=lambda m: None)
-    assert len(docs["train"]) == 59 and len(docs["validation"]) == 1
-    assert [s.tolist() for s in docs["validation"][0]] == [TOK.encode("Document 49 here."), TOK.encode("Its second line.")]
-    assert not (tmp_path / "cache").exists()  # read in place, nothing tokenized again
-    other = tmp_path / "other.txt"
-    other.write_text(DEFAULT_VOCAB.read_text() + "zzzextra\n")
-    with pytest.raises(UserError, match="another vocabulary"):
-        corpus_lib.load_documents(tmp_path / "out", TOK, other, tmp_path / "cache", log=lambda m: None)
-    assert json.loads((tmp_path / "out" / prepare.META).read_text())["engine"] == "beam"
+@pytest.fixture(scope="module", params=list(START))
+def converted(request, tmp_path_factory):
+    """(name, HF model, our model, our params, the sources, an EOS id the models often emit)."""
+    name = request.param
+    hf = build_hf(name, seed=1)
+    directory = tmp_path_factory.mktemp(name)
+    hf.save_pretrained(directory / "hf")
+    import_hf(directory / "hf", directory / "run")
+    params, config = load_params(directory / "run")
+    model = models.build(config["model"])
+    rng = np.random.default_rng(0)
+    width = max(SOURCE_LENGTHS)
+    mask = (np.arange(width)[None] < np.array(SOURCE_LENGTHS)[:, None]).astype(np.int32)
+    ids = (rng.integers(3, hf.config.vocab_size, mask.shape) * mask).astype(np.int32)
+    # Random models rarely emit a fixed id; the token our greedy decoding produces most often
+    # makes hypotheses end at different lengths, which is what beam search's bookkeeping is about.
+    greedy = generate(model, params, ids, mask, max_new_tokens=NEW, decoder_start_id=START[name])
+    eos = int(np.bincount(greedy[:, 1:].ravel()).argmax())
+    return name, hf, model, params, (ids, mask), eos
+
+
+def hf_generate(hf, sources, eos: int, start: int, **settings):
+    ids, mask = sources
+    with torch.no_grad():
+        return hf.generate(
+            input_ids=torch.tensor(ids).long(), attention_mask=torch.tensor(mask).long(), max_new_tokens=NEW,
+            do_sample=False, eos_token_id=eos, pad_token_id=hf.config.pad_token_id, decoder_start_token_id=start,
+            no_repeat_ngram_size=0, forced_eos_token_id=None, forced_bos_token_id=None, min_length=0,
+            repetition_penalty=1.0, return_dict_in_generate=True, output_scores=True, **settings)
+
+
+def until_eos(row, eos: int) -> list[int]:
+    """The tokens up to and including the first EOS (what follows is each library's filler)."""
+    row = [int(t) for t in row]
+    return row[: row.index(eos) + 1] if eos in row else row
+
+
+def test_greedy_equals_transformers(converted):
+    name, hf, model, params, sources, eos = converted
+    ours = generate(model, params, *sources, max_new_tokens=NEW, decoder_start_id=START[name], eos_id=eos)
+    theirs = hf_generate(hf, sources, eos, START[name], num_beams=1).sequences.numpy()
+    assert (theirs[:, 0] == START[name]).all()
+    ended = 0
+    for row_ours, row_theirs in zip(ours, theirs[:, 1:]):
+        assert until_eos(row_ours, eos) == until_eos(row_theirs, eos)
+        ended += eos in row_ours.tolist()
+    assert 0 < ended  # EOS ends some rows early (after it ours keeps emitting EOS)
+    assert (ours[:, -1] == eos).sum() >= ended
+
+
+@pytest.mark.parametrize("num_beams,length_penalty,early_stopping", SETTINGS)
+def test_beam_search_equals_transformers(converted, num_beams, length_penalty, early_stopping):
+    name, hf, model, params, sources, eos = converted
+    beams = beam_search(model, params, *sources, num_beams=num_beams, max_new_tokens=NEW, eos_id=eos,
+                        decoder_start_id=START[name], length_penalty=length_penalty, early_stopping=early_stopping)
+    out = hf_generate(hf, sources, eos, START[name], num_beams=num_beams, num_return_sequences=num_beams,
+                      length_penalty=length_penalty, early_stopping=early_stopping)
+    theirs = out.sequences.numpy()[:, 1:].reshape(len(SOURCE_LENGTHS), num_beams, -1)
+    ended = 0
+    for b in range(len(SOURCE_LENGTHS)):
+        for r in range(num_beams):
+            hyp = until_eos(beams.tokens[b, r], eos)
+            assert hyp == until_eos(theirs[b, r], eos), (b, r)
+            ended += hyp[-1] == eos
+    np.testing.assert_allclose(beams.scores, out.sequences_scores.numpy().reshape(len(SOURCE_LENGTHS), num_beams),
+                               rtol=1e-5, atol=1e-5)
+    assert ended  # some hypotheses were finished by EOS, not only by the length limit
+    best = generate(model, params, *sources, max_new_tokens=NEW, eos_id=eos, decoder_start_id=START[name],
+                    num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping)
+    np.testing.assert_array_equal(best, beams.tokens[:, 0])
+
+
+def test_scores_are_length_penalised_log_probabilities(converted):
+    """Each returned score is its hypothesis' summed log-probability under teacher forcing over
+    its length**length_penalty, recomputed here from a plain forward pass."""
+    name, _, model, params, (ids, mask), eos = converted
+    penalty = 0.7
+    beams = beam_search(model, params, ids, mask, num_beams=3, max_new_tokens=NEW, eos_id=eos,
+                        decoder_start_id=START[name], length_penalty=penalty)
+    for r in range(3):
+        hyps = [until_eos(beams.tokens[b, r], eos) for b in range(len(ids))]
+        width = max(map(len, hyps))
+        targets = np.array([h + [0] * (width - len(h)) for h in hyps], np.int32)
+        weights = (np.arange(width)[None] < np.array([len(h) for h in hyps])[:, None])
+        decoder_ids = np.concatenate([np.full((len(ids), 1), START[name]), targets[:, :-1]], axis=1).astype(np.int32)
+        logits = np.asarray(model.apply({"params": params}, {
+            "input_ids": ids, "input_mask": mask, "decoder_input_ids": decoder_ids,
+            "decoder_input_mask": np.ones_like(decoder_ids)})["logits"], np.float64)
+        log_p = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+            - logits.max(-1, keepdims=True)
+        picked = np.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
+        expected = (picked * weights).sum(1) / weights.sum(1) ** penalty
+        np.testing.assert_allclose(beams.scores[:, r], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_refusals(converted):
+    name, _, model, params, (ids, mask), eos = converted
+    with pytest.raises(UserError, match="needs decoder_start_id"):
+        generate(model, params, ids, mask, max_new_tokens=2)
+    with pytest.raises(UserError, match="beam search is deterministic"):
+        generate(model, params, ids, mask, max_new_tokens=2, decoder_start_id=0, num_beams=2, temperature=0.5)
+    with pytest.raises(UserError, match="early_stopping="):
+        beam_search(model, params, ids, mask, num_beams=2, max_new_tokens=2, decoder_start_id=0, early_stopping="soon")
+    with pytest.raises(UserError, match="source 1 has no tokens"):
+        generate(model, params, ids, mask * np.array([[1], [0], [1], [1]]), max_new_tokens=2, decoder_start_id=0)
