@@ -4,8 +4,8 @@ The same plan (`prepare.plan`: tasks of ~4 MiB that end at document boundaries) 
 per-task function (`prepare.run_task`: tokenize, write shard `shard-{task:05d}.array_record`) as
 the multi-process path, run by Beam instead of a process pool: one code path for the work, two
 engines, so the shards are the same bytes (tests/test_beam_prepare.py). Beam adds what one
-machine lacks: hundreds of workers, retries of failed tasks (a rerun task rewrites its whole shard) and a
-runner for every cluster (Dataflow, Spark, Flink; DirectRunner locally).
+machine lacks: hundreds of workers, retries of failed tasks (a rerun task rewrites its whole
+shard) and a runner for every cluster (Dataflow, Spark, Flink; DirectRunner locally).
 
 The output directory is a prepared corpus: training reads it as is with
 `--config.data.corpus=DIR` (a local directory; copy it down from a bucket first), and refuses it
