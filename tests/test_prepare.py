@@ -144,3 +144,28 @@ def test_the_fast_tokenizer_gives_our_ids(tmp_path):
     lines = [l for l in embedded_corpus_path().read_text().splitlines() if l.strip()][::20]
     fast = transformers.BertTokenizerFast(vocab_file=str(DEFAULT_VOCAB), do_lower_case=True)
     assert fast(lines, add_special_tokens=False)["input_ids"] == [TOK.encode(l) for l in lines]
+
+
+def test_causal_rows_join_sentences_as_running_text():
+    """Sentences tokenized one by one (as preparation does) and joined in a causal row give the
+    byte BPE's ids of the text "a b" (GPT-2 writes the space into the next word's token, Ġ), on
+    the embedded corpus's first documents; WordPiece documents are left as they are."""
+    import ml_collections
+
+    from bertology.data import transforms
+    from bertology.data.embedded import BYTE_BPE_VOCAB, embedded_corpus_path
+
+    bpe = load_tokenizer(BYTE_BPE_VOCAB)
+    texts = [d for _, d in zip(range(40), corpus_lib.read_documents([embedded_corpus_path()]))]
+    texts.append(["It rained.", "(Then  it stopped)", "3 days later.", "'s odd"])
+    docs = [[np.array(bpe.encode(s), np.int32) for s in d] for d in texts]
+    joined = [np.concatenate(d).tolist() for d in transforms.running_text(docs, bpe)]
+    assert joined == [bpe.encode(" ".join(d)) for d in texts]
+    assert sum(np.concatenate(d).tolist() != j for d, j in zip(docs, joined)) > 30  # the join did change them
+
+    cfg = ml_collections.ConfigDict({"objective": "causal", "max_seq_length": 64})
+    rows = transforms.make(cfg, bpe).instances([docs[-1]], np.random.default_rng(0))
+    n = int(rows["input_mask"].sum())
+    assert rows["input_ids"][0, :n].tolist() == bpe.encode(" ".join(texts[-1])) + [bpe.eos_id]
+    words = [[np.array(TOK.encode(s), np.int32) for s in d] for d in texts[:5]]
+    assert [[s.tolist() for s in d] for d in transforms.running_text(words, TOK)] == [[s.tolist() for s in d] for d in words]

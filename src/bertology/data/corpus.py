@@ -1,7 +1,8 @@
 """A local corpus, tokenized once in parallel into sharded array_record and read by index.
 
 Input is a text file or directory in BERT's format, JSON lines, or a TFDS dataset by name
-(`prepare.py` has the formats and the parallel writer). Document g of the corpus is record g of
+(`prepare.py` has the formats and the parallel writer), or a directory prepared already (one
+holding prepare's `meta.json`, e.g. written by the Beam pipeline `bertology.data.beam`), read as is. Document g of the corpus is record g of
 the shards; every ~50th document is held out for `validation`, so evaluation never sees training
 text. `load_documents` returns each split as a `Documents` sequence that reads a document from
 disk when it is indexed: memory does not grow with the corpus.
@@ -85,14 +86,26 @@ def read_documents(files: list[pathlib.Path]) -> Iterator[list[str]]:
             yield from prepare_lib.text_documents(f)
 
 
+def tokenizer_digest(tokenizer_path: str | pathlib.Path) -> str:
+    """The tokenizer files' content hash (a byte-level BPE is two files: vocab.json, merges.txt)."""
+    h = hashlib.sha256()
+    for f in tokenizer_files(tokenizer_path):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def is_prepared(corpus: str | pathlib.Path) -> bool:
+    """Whether the corpus is a prepared directory (shards + meta.json) rather than text."""
+    return not str(corpus).startswith(prepare_lib.TFDS_PREFIX) and (pathlib.Path(corpus).expanduser() / prepare_lib.META).is_file()
+
+
 def cache_key(corpus: str | pathlib.Path, files: list[pathlib.Path], tokenizer_path: str | pathlib.Path) -> str:
     """What the prepared shards depend on: the input files, the tokenizer and the record layout."""
     h = hashlib.sha256()
     for f in files:
         st = f.stat()
         h.update(f"{f.absolute()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    for f in tokenizer_files(tokenizer_path):  # a byte-level BPE is two files (vocab.json, merges.txt)
-        h.update(f.read_bytes())
+    h.update(tokenizer_digest(tokenizer_path).encode())
     h.update(f"eval_every={EVAL_EVERY}|format={FORMAT}|chunk={prepare_lib.CHUNK_BYTES}|{corpus}".encode())
     return h.hexdigest()[:16]
 
@@ -180,7 +193,14 @@ def load_documents(
     progress: bool = True,
 ) -> dict[str, Documents]:
     """{'train': docs, 'validation': docs} in corpus order, preparing the corpus first (with
-    `workers` processes, default the cores) unless it is cached."""
+    `workers` processes, default the cores) unless it is cached or a prepared directory."""
+    if is_prepared(corpus):
+        data_dir = pathlib.Path(corpus).expanduser()
+        meta = json.loads((data_dir / prepare_lib.META).read_text())
+        if meta.get("tokenizer") != tokenizer_digest(tokenizer_path):
+            raise UserError(f"prepared corpus {data_dir} was tokenized with another vocabulary than {tokenizer_path}; "
+                            "set data.vocab to the one it was prepared with, or prepare it again with this one")
+        return _splits(corpus, data_dir, meta)
     files = corpus_files(corpus)
     if files and all(f.stat().st_size == 0 for f in files):
         raise UserError(f"corpus {corpus} is empty; it needs text, one sentence per line")
@@ -193,8 +213,13 @@ def load_documents(
             log(f"corpus {corpus}: replaced {stray} NUL or invalid UTF-8 sequence(s) (under {NOT_TEXT_FRACTION:.0%} "
                 "of the text, so kept as text)")
         log(f"tokenizing corpus {corpus} into {data_dir} with {workers} process(es) (once; later runs reuse it)")
-        prepare_lib.prepare(prepare_lib.plan(corpus, files), tokenizer, data_dir, workers=workers, progress=progress)
-    meta = json.loads(meta_path.read_text())
+        prepare_lib.prepare(prepare_lib.plan(corpus, files), tokenizer, data_dir, workers=workers, progress=progress,
+                            tokenizer_digest=tokenizer_digest(tokenizer_path))
+    return _splits(corpus, data_dir, json.loads(meta_path.read_text()))
+
+
+def _splits(corpus: str | pathlib.Path, data_dir: pathlib.Path, meta: dict) -> dict[str, Documents]:
+    """The train and validation Documents of the shards in `data_dir` that META lists."""
     total = sum(meta["documents"])
     if total < MIN_DOCUMENTS:
         raise UserError(

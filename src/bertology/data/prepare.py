@@ -14,6 +14,10 @@ Input formats (by file suffix; a directory may mix them, its files are taken sor
 - `tfds:NAME@DATA_DIR` (NAME may carry a config and version, `wikipedia/20230601.en`): a TFDS
   dataset prepared elsewhere as array_record under DATA_DIR, its `train` split read by index, each
   example's `text` feature one document, split into sentences like JSON lines.
+Files are opened through `etils.epath`, so a task may read `gs://` when the engine runs elsewhere.
+
+Two engines run the same `run_task` over the same plan: `prepare` here (worker processes on one
+machine) and `bertology.data.beam` (an Apache Beam pipeline: Dataflow, Spark, Flink).
 
 A record is int32 `[n_sentences, len_1 ... len_n, tokens ...]`: `decode` turns it back into a
 list of per-sentence id arrays without a protobuf schema or TensorFlow.
@@ -34,6 +38,7 @@ import time
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
+from etils import epath
 
 from bertology.data.tokenizers import Tokenizer
 from bertology.errors import UserError
@@ -90,10 +95,10 @@ def _kind(path: pathlib.Path) -> str:
 def _text_boundaries(path: pathlib.Path, chunk_bytes: int) -> list[int]:
     """Byte offsets that cut a text file into chunks of about `chunk_bytes` at blank lines (a
     chunk never splits a document); for JSON lines, at line ends."""
-    size = path.stat().st_size
+    size = epath.Path(path).stat().length
     cuts = [0]
     blank = _kind(path) == "text"
-    with open(path, "rb") as f:
+    with epath.Path(path).open("rb") as f:
         target = chunk_bytes
         while target < size:
             f.seek(target)
@@ -171,7 +176,7 @@ def task_documents(task: Task) -> Iterator[list[str]]:
             text = source[i]["text"]
             yield split_sentences(text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text))
         return
-    with open(task.source, "rb") as f:
+    with epath.Path(task.source).open("rb") as f:
         f.seek(task.start)
         raw = f.read(task.stop - task.start)
     lines = io.StringIO(raw.decode("utf-8", errors="replace"), newline=None)
@@ -213,9 +218,10 @@ def _start_worker(tokenizer: Tokenizer) -> None:
     _WORKER_TOKENIZER = tokenizer
 
 
-def _run_task(index: int, task: Task, tokenizer: Tokenizer | None, out_dir: str) -> int:
-    """Tokenize one task into shard `index` (with the worker's tokenizer when None); returns its
-    number of documents."""
+def run_task(index: int, task: Task, tokenizer: Tokenizer | None, out_dir: str) -> int:
+    """Tokenize one task into shard `index` of the local directory `out_dir` (with the worker's
+    tokenizer when None); returns its number of documents. Both engines run this, so their shards
+    are the same bytes."""
     from array_record.python.array_record_module import ArrayRecordWriter
 
     tokenizer = tokenizer or _WORKER_TOKENIZER
@@ -239,11 +245,18 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def metadata(tasks: Sequence[Task], counts: Sequence[int], seconds: float, tokenizer_digest: str, **engine) -> dict:
+    """META of a prepared corpus (both engines): {"shards": [file names], "documents": [per shard],
+    "bytes": input bytes, "seconds": wall, "tokenizer": digest of its files, **engine}. The digest
+    lets a prepared directory given as the corpus refuse a run with another vocabulary."""
+    return {"shards": [shard_name(i) for i in range(len(tasks))], "documents": list(counts),
+            "bytes": sum(t.size for t in tasks), "seconds": seconds, "tokenizer": tokenizer_digest, **engine}
+
+
 def prepare(tasks: Sequence[Task], tokenizer: Tokenizer, out_dir: str | os.PathLike, *, workers: int | None = None,
-            progress: bool = True) -> dict:
+            progress: bool = True, tokenizer_digest: str = "") -> dict:
     """Tokenize `tasks` into `out_dir` with `workers` processes (default: the cores; 1 runs here),
-    writing META last so a crashed preparation is never read. Returns the metadata:
-    {"shards": [file names], "documents": [per shard], "bytes": input bytes, "seconds": wall}."""
+    writing META last so a crashed preparation is never read. Returns the metadata (`metadata`)."""
     from tqdm import tqdm
 
     out = pathlib.Path(out_dir)
@@ -258,20 +271,19 @@ def prepare(tasks: Sequence[Task], tokenizer: Tokenizer, out_dir: str | os.PathL
     start = time.perf_counter()
     if workers == 1:
         for i, task in enumerate(tasks):
-            counts[i] = _run_task(i, task, tokenizer, str(tmp))
+            counts[i] = run_task(i, task, tokenizer, str(tmp))
             bar.update(task.size)
     else:
         context = multiprocessing.get_context("spawn")  # a forked JAX process may deadlock
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                                                     initargs=(tokenizer,)) as pool:
-            futures = {pool.submit(_run_task, i, t, None, str(tmp)): i for i, t in enumerate(tasks)}
+            futures = {pool.submit(run_task, i, t, None, str(tmp)): i for i, t in enumerate(tasks)}
             for future in concurrent.futures.as_completed(futures):
                 i = futures[future]
                 counts[i] = future.result()
                 bar.update(tasks[i].size)
     bar.close()
-    meta = {"shards": [shard_name(i) for i in range(len(tasks))], "documents": counts, "bytes": total,
-            "seconds": time.perf_counter() - start, "workers": workers}
+    meta = metadata(tasks, counts, time.perf_counter() - start, tokenizer_digest, workers=workers)
     (tmp / META).write_text(json.dumps(meta))
     try:
         os.replace(tmp, out)

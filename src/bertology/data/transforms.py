@@ -39,6 +39,7 @@ from bertology.data.examples import create_full_sentence_instances, create_pair_
 from bertology.data.lexicon import LexiconMatcher
 from bertology.data.masking import mask_tokens, mask_units
 from bertology.data.tokenizers import Tokenizer
+from bertology.data.tokenizers.bytebpe import ByteLevelBPETokenizer
 from bertology.errors import UserError
 from bertology.models.transformer import Mask
 
@@ -213,11 +214,39 @@ class MaskedLM(Transform):
         return {**batch, **masked}
 
 
+def running_text(documents: Sequence[Document], tokenizer: Tokenizer) -> list[list[np.ndarray]]:
+    """Each document's sentences as the tokens of running text: sentence "b" after "a" reads as
+    the text "a b" would, not "ab".
+
+    Why: preparation tokenizes sentence by sentence, and a byte-level BPE (GPT-2) keeps a word's
+    leading space in its first token ("b" is "b", " b" is "Ġb"), so joining the sentences' ids
+    would teach the model text with no space between sentences. GPT-2's pre-tokenizer splits
+    before every space, so only a sentence's first pre-token changes: the tokens before its first
+    word start are decoded and encoded again with a space in front. WordPiece and SentencePiece
+    ids do not depend on that space (encode(" a") == encode("a")): their documents are kept."""
+    if not isinstance(getattr(tokenizer, "base", tokenizer), ByteLevelBPETokenizer):  # `base`: under AddedTokens
+        return [list(doc) for doc in documents]
+    out = []
+    for doc in documents:
+        sentences = [np.asarray(s, np.int32) for s in doc if len(s)]
+        for k in range(1, len(sentences)):
+            s = sentences[k]
+            starts = tokenizer.word_starts(s)
+            if starts[0]:  # already spaced, or a special token
+                continue
+            later = np.flatnonzero(starts)
+            head = s[: later[0] if len(later) else len(s)]
+            spaced = tokenizer.encode(" " + tokenizer.decode(head.tolist()))
+            sentences[k] = np.concatenate([np.asarray(spaced, np.int32), s[len(head):]])
+        out.append(sentences)
+    return out
+
+
 @register("causal")
 class CausalLM(Transform):
-    """GPT's rows: each document is its sentences followed by `eos_id`, cut into pieces of at most
-    data.max_seq_length tokens that overlap by one token (`packing.causal_pieces`: no target is
-    lost at a cut), packed several per row best-fit-decreasing.
+    """GPT's rows: each document is its sentences as running text (`running_text`) followed by
+    `eos_id`, cut into pieces of at most data.max_seq_length tokens that overlap by one token
+    (`packing.causal_pieces`: no target is lost at a cut), packed several per row best-fit-decreasing.
 
     Keys: input_ids, input_mask, positions (restarting in each piece), packing_ids (1, 2, ... per
     piece, 0 on padding: the model attends causally within a piece only), targets (the next token
@@ -227,7 +256,7 @@ class CausalLM(Transform):
 
     def instances(self, documents: Sequence[Document], rng: np.random.Generator) -> Batch:
         length = self.cfg.max_seq_length
-        pieces = packing.causal_pieces(documents, length, self.tokenizer.eos_id)
+        pieces = packing.causal_pieces(running_text(documents, self.tokenizer), length, self.tokenizer.eos_id)
         rows = packing.pack(pieces, length, self.tokenizer.pad_id)
         rows.update(next_token_targets(rows["input_ids"], rows["packing_ids"]))
         return rows
