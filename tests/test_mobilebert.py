@@ -107,3 +107,168 @@ def test_bad_settings_are_one_line_errors():
                            (dict(num_feedforward_networks=0), "at least 1")):
         with pytest.raises(UserError, match=message):
             models.build(ml_collections.ConfigDict({"family": "mobilebert", **_block(**extra)}))
+
+
+# ---- progressive knowledge transfer ----
+
+from bertology import objectives  # noqa: E402
+from bertology.objectives.tinybert import layers_and_scores  # noqa: E402
+from bertology.train import optimizer as optimizer_lib  # noqa: E402
+from bertology.train.loop import train  # noqa: E402
+from bertology.train.step import make_train_step  # noqa: E402
+from bertology.train.teacher import WithTeacher  # noqa: E402
+
+import bert as bert_config  # noqa: E402
+import mobilebert as mobilebert_config  # noqa: E402
+
+P = 4  # prediction slots
+
+
+def _pair(seed=0):
+    """A 2-layer student of width 32 and 4 heads, a BERT teacher of the same shape, random params."""
+    student = models.build(ml_collections.ConfigDict({"family": "mobilebert", **_block()}))
+    teacher = models.build(ml_collections.ConfigDict(
+        {"family": "bert", "vocab_size": V, "hidden_size": 32, "num_layers": 2, "num_heads": 4,
+         "intermediate_size": 64, "max_position_embeddings": 16, "dropout_rate": 0.0, "attention_dropout_rate": 0.0}))
+    batch = _pretraining_batch()
+    rng = np.random.default_rng(seed)
+
+    def random(model, scale):
+        shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), batch)["params"])
+        return jax.tree.map(lambda a: rng.normal(0.0, scale, a.shape).astype(np.float32), shapes)
+
+    return student, random(student, 0.3), teacher, random(teacher, 0.3), batch
+
+
+def _pretraining_batch():
+    b = _hf_batch()
+    rng = np.random.default_rng(1)
+    return {**{k: v for k, v in b.items() if k != "masked_positions"},
+            "masked_positions": np.array([[1, 4, 7, 0], [2, 3, 0, 0], [1, 0, 0, 0]], np.int32),
+            "masked_ids": rng.integers(1, V, (B, P)).astype(np.int32),
+            "masked_weights": np.array([[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]], np.float32),
+            "next_sentence_label": np.array([0, 1, 0], np.int32)}
+
+
+def _log_softmax(x, axis=-1):
+    x = x - x.max(axis, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis, keepdims=True))
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_transfer_terms_match_numpy(layer):
+    student, s_params, teacher, t_params, batch = _pair()
+    got = objectives.get({"name": "mobilebert", "stage": "transfer", "layer": layer})(
+        s_params, batch, None, WithTeacher(student, teacher, t_params))[1]
+    # the student's full pass (not the transfer method) and the teacher's, in float64
+    s_layers, state = student.apply({"params": s_params}, batch, mutable=["intermediates"],
+                                    method=lambda m, b: m.encoder(b)["layers"])
+    s = np.asarray(s_layers[layer + 1], np.float64)
+    s_scores = np.asarray(state["intermediates"]["encoder"][f"layer_{layer}"]["attention"]["scores"][0], np.float64)
+    t_layers, t_scores = layers_and_scores(teacher, t_params, batch, None, projected=False)
+    t, t_scores = np.asarray(t_layers[layer + 1], np.float64), np.asarray(t_scores[layer], np.float64)
+    real = batch["input_mask"].astype(bool)
+
+    def ln(x):
+        return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-12)
+
+    fmt = np.mean(((ln(s) - ln(t)) ** 2)[real])
+    mean = np.mean(((s.mean(-1) - t.mean(-1)) ** 2)[real])
+    var = np.mean(np.abs(s.var(-1) - t.var(-1))[real])
+    keys = real[:, None, None, :]
+    log_s = _log_softmax(np.where(keys, s_scores, -1e30))
+    log_t = _log_softmax(np.where(keys, t_scores, -1e30))
+    kl = np.where(keys, np.exp(log_t) * (log_t - log_s), 0.0).sum(-1).mean(1)  # [B, L]
+    att = np.mean(kl[real])
+    for name, want in (("fmt_loss", fmt), ("mean_loss", mean), ("var_loss", var), ("att_loss", att)):
+        assert float(got[name]) == pytest.approx(want, rel=1e-4, abs=1e-7), name
+    assert float(got["loss"]) == pytest.approx(100 * fmt + 5000 * mean + 5 * var + att, rel=1e-4)
+
+
+def test_distillation_terms_match_numpy():
+    student, s_params, teacher, t_params, batch = _pair()
+    got = objectives.get({"name": "mobilebert", "alpha": 0.25})(s_params, batch, None,
+                                                                WithTeacher(student, teacher, t_params))[1]
+    s_out = student.apply({"params": s_params}, batch)
+    s = np.asarray(s_out["mlm_logits"], np.float64)
+    t = np.asarray(teacher.apply({"params": t_params}, batch)["mlm_logits"], np.float64)
+    w = batch["masked_weights"]
+    log_s = _log_softmax(s)
+    nll = -np.take_along_axis(log_s, batch["masked_ids"][..., None], -1)[..., 0]
+    soft = -(np.exp(_log_softmax(t)) * log_s).sum(-1)
+    nsp = -_log_softmax(np.asarray(s_out["nsp_logits"], np.float64))[np.arange(B), batch["next_sentence_label"]]
+    mlm, kd = (nll * w).sum() / (w.sum() + 1e-5), (soft * w).sum() / (w.sum() + 1e-5)
+    assert float(got["mlm_loss"]) == pytest.approx(mlm, rel=1e-5)
+    assert float(got["kd_loss"]) == pytest.approx(kd, rel=1e-5)
+    assert float(got["loss"]) == pytest.approx(0.25 * mlm + 0.75 * kd + nsp.mean(), rel=1e-5)
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_a_transfer_stage_changes_its_layer_only(layer):
+    student, s_params, teacher, t_params, batch = _pair()
+    config = ml_collections.ConfigDict(mobilebert_config.get_config(f"tiny,{layer}").optimizer.to_dict())
+    tx, lr = optimizer_lib.make(config, 10)
+    objective = objectives.get({"name": "mobilebert", "stage": "transfer", "layer": layer})
+    step = jax.jit(make_train_step(WithTeacher(student, teacher, t_params), objective, tx, lr, 1))
+    state = {"step": np.zeros((), np.int32), "params": s_params, "opt_state": tx.init(s_params)}
+    teacher_before = jax.tree.map(np.array, t_params)
+    for _ in range(3):
+        state, _ = step(state, batch, jax.random.key(0))
+    trained = {f"layer_{layer}", *(("embeddings",) if layer == 0 else ())}
+    for name, before in s_params["encoder"].items():
+        after = state["params"]["encoder"][name]
+        same = jax.tree.all(jax.tree.map(np.array_equal, before, after))
+        assert same != (name in trained), name
+    for head in ("mlm", "nsp"):
+        assert jax.tree.all(jax.tree.map(np.array_equal, s_params[head], state["params"][head]))
+    assert jax.tree.all(jax.tree.map(np.array_equal, teacher_before, t_params))
+
+
+def test_bad_objective_options_are_one_line_errors():
+    student, s_params, teacher, t_params, batch = _pair()
+    model = WithTeacher(student, teacher, t_params)
+    with pytest.raises(UserError, match="layer=2 is not a layer of the 2-layer student"):
+        objectives.get({"name": "mobilebert", "stage": "transfer", "layer": 2})(s_params, batch, None, model)
+    with pytest.raises(UserError, match="stage='progressive' is unknown"):
+        objectives.get({"name": "mobilebert", "stage": "progressive"})(s_params, batch, None, model)
+    with pytest.raises(UserError, match="needs a BERT teacher"):
+        objectives.get("mobilebert")(s_params, batch, None, student)
+    with pytest.raises(UserError, match="stage '5' is not a layer"):
+        mobilebert_config.get_config("tiny,5")
+
+
+RUN = {"data.max_seq_length": 32, "data.max_predictions_per_seq": 5, "batch_size": 8, "mesh.shape": (1, 1),
+       "log_every": 5, "eval_every": 0, "checkpoint_every": 1000}
+
+
+def _config(module, arg, **overrides):
+    c = module.get_config(arg)
+    for key, value in {**RUN, **overrides}.items():
+        node = c
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return c
+
+
+def test_tiny_progressive_transfer_then_distillation_learns_with_the_teacher_frozen(tmp_path):
+    train(_config(bert_config, "tiny", total_steps=20), tmp_path / "teacher")
+    teacher_before, _ = load_params(tmp_path / "teacher")
+    common = dict(teacher_checkpoint=str(tmp_path / "teacher"))
+    histories, previous = {}, None
+    for stage, steps in (("0", 25), ("1", 25), ("", 30)):
+        arg = f"tiny,{stage}" if stage else "tiny"
+        overrides = {**common, "total_steps": steps, "optimizer.warmup_steps": 3}
+        if previous:
+            overrides["init_checkpoint"] = str(previous)
+        previous = tmp_path / f"stage{stage or 'distill'}"
+        histories[stage] = [row["loss"] for row in train(_config(mobilebert_config, arg, **overrides), previous)["history"]]
+    for stage, loss in histories.items():
+        assert np.mean(loss[-5:]) < 0.8 * np.mean(loss[:5]), (stage, loss)
+    after, _ = load_params(tmp_path / "teacher")
+    assert jax.tree.all(jax.tree.map(np.array_equal, teacher_before, after))
+    stage0, _ = load_params(tmp_path / "stage0")
+    stage1, _ = load_params(tmp_path / "stage1")
+    for name in ("embeddings", "layer_0"):  # frozen through stage 1
+        assert jax.tree.all(jax.tree.map(np.array_equal, stage0["encoder"][name], stage1["encoder"][name]))

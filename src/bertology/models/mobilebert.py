@@ -148,10 +148,6 @@ class Embeddings(nn.Module):
             x = x + self.segment(segments)
         return self.dropout(self.norm(x), deterministic=deterministic)
 
-    def attend(self, x: Array) -> Array:
-        return self.token.attend(x)
-
-
 class Attention(nn.Module):
     """Self-attention of width I over queries, keys and values that may differ in width, its
     output projection, the residual (`residual`, the input bottleneck's output) and the norm."""
@@ -264,9 +260,17 @@ class Encoder(nn.Module):
         pooled = jnp.tanh(self.pooler(first)) if self.cfg.pooler else first
         return {"sequence": x, "pooled": pooled, "layers": layers}
 
-    def attend(self, x: Array) -> Array:
-        return self.embeddings.attend(x)
-
+    def transfer(self, batch: dict[str, Array], layer: int, *, deterministic: bool = True) -> Array:
+        """Layer `layer`'s output, its input behind `stop_gradient`: a progressive transfer stage
+        trains that layer alone (and the embeddings at layer 0, which a plain BERT teacher of
+        another embedding shape cannot give), and the layers above do not run."""
+        x = self.embeddings(batch, deterministic)
+        mask = Mask.from_batch(batch)
+        for below in self.layers[:layer]:
+            x = below(x, mask, deterministic)
+        if layer:
+            x = jax.lax.stop_gradient(x)
+        return self.layers[layer](x, mask, deterministic)
 
 class MaskedLMHead(nn.Module):
     """Dense + activation + LayerNorm at width H, then logits against [token table; extra]."""
