@@ -257,18 +257,35 @@ def test_tiny_progressive_transfer_then_distillation_learns_with_the_teacher_fro
     teacher_before, _ = load_params(tmp_path / "teacher")
     common = dict(teacher_checkpoint=str(tmp_path / "teacher"))
     histories, previous = {}, None
-    for stage, steps in (("0", 25), ("1", 25), ("", 30)):
+    for stage, steps in (("0", 20), ("1", 20), ("", 30)):
         arg = f"tiny,{stage}" if stage else "tiny"
-        overrides = {**common, "total_steps": steps, "optimizer.warmup_steps": 3}
+        overrides = {**common, "total_steps": steps, "optimizer.warmup_steps": 2}
         if previous:
             overrides["init_checkpoint"] = str(previous)
         previous = tmp_path / f"stage{stage or 'distill'}"
-        histories[stage] = [row["loss"] for row in train(_config(mobilebert_config, arg, **overrides), previous)["history"]]
-    for stage, loss in histories.items():
-        assert np.mean(loss[-5:]) < 0.8 * np.mean(loss[:5]), (stage, loss)
+        history = train(_config(mobilebert_config, arg, **overrides), previous)["history"]
+        histories[stage] = [row["loss"] for row in history]
+    for stage, fall in (("0", 0.7), ("1", 0.9), ("", 0.95)):  # transfer halves stage 0's loss; MLM is slower
+        loss = histories[stage]
+        assert np.mean(loss[-5:]) < fall * np.mean(loss[:5]), (stage, loss)
     after, _ = load_params(tmp_path / "teacher")
     assert jax.tree.all(jax.tree.map(np.array_equal, teacher_before, after))
     stage0, _ = load_params(tmp_path / "stage0")
     stage1, _ = load_params(tmp_path / "stage1")
     for name in ("embeddings", "layer_0"):  # frozen through stage 1
         assert jax.tree.all(jax.tree.map(np.array_equal, stage0["encoder"][name], stage1["encoder"][name]))
+
+
+def test_base_preset_is_the_papers_mobilebert():
+    """configs/mobilebert.py:base builds HF's default MobileBertConfig (the released
+    google/mobilebert-uncased shape): the same trunk, parameter for parameter."""
+    transformers = pytest.importorskip("transformers")
+    config = mobilebert_config.get_config("base")
+    config.model.vocab_size = 30522
+    model = models.build(config.model)
+    batch = {k: np.zeros((1, 4), np.int32) for k in ("input_ids", "segment_ids", "masked_positions")}
+    batch["input_mask"] = np.ones((1, 4), np.int32)
+    shapes = jax.eval_shape(lambda: nn.meta.unbox(model.init(jax.random.key(0), batch)["params"]))
+    ours = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes["encoder"]))
+    hf = transformers.MobileBertModel(transformers.MobileBertConfig())
+    assert ours == sum(p.numel() for p in hf.parameters())  # 24.6M, the paper's "25.3M" class

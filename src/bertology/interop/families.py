@@ -431,8 +431,8 @@ MOBILEBERT = HFModel(
     pooler="mobilebert.pooler.dense.weight",
 )
 
-RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, DISTILBERT, MOBILEBERT, GPT2, OPENAI_GPT, T5, MT5, BART,
-                                     TRANSFO_XL, XLNET)}
+RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, DISTILBERT, MOBILEBERT, GPT2, OPENAI_GPT, T5, MT5,
+                                     BART, TRANSFO_XL, XLNET)}
 
 
 def by_type(model_type: Any, where: str) -> HFModel:

@@ -309,7 +309,8 @@ def build(model_config: ml_collections.ConfigDict | dict) -> Model:
     cfg = encoder_config(model_config)
     for key, want in UNSUPPORTED.items():
         if getattr(cfg, key) != want:
-            raise UserError(f"model.{key}={getattr(cfg, key)!r} is not read by MobileBERT's stack; leave it at {want!r}")
+            raise UserError(f"model.{key}={getattr(cfg, key)!r} is not read by MobileBERT's stack; "
+                            f"leave it at {want!r}")
     if cfg.embed_dim > cfg.hidden_size:
         raise UserError(f"model.embedding_size={cfg.embed_dim} exceeds hidden_size={cfg.hidden_size}; MobileBERT's "
                         "output layer needs embedding_size <= hidden_size")
