@@ -20,6 +20,7 @@ from bertology import models
 from bertology.errors import UserError
 from bertology.interop import hf_config, names
 from bertology.interop.hf_config import Translation
+from bertology.models import mobilebert
 from bertology.models.transformer import TransformerConfig
 
 
@@ -397,8 +398,41 @@ XLNET = HFModel(
     tied={"lm_loss.weight": "transformer.word_embedding.weight"},
 )
 
-RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, DISTILBERT, GPT2, OPENAI_GPT, T5, MT5, BART,
-                                     TRANSFO_XL, XLNET)}
+@dataclasses.dataclass(frozen=True)
+class MobileBertSettings:
+    """MobileBERT's bottleneck keys (`models.mobilebert.Bottleneck`, HF's names) and its embedding
+    width, which HF always states (the token table is E wide even when E = H)."""
+
+    def from_hf(self, hf: hf_config.BySource, block: hf_config.Block, where: dict[str, str]) -> None:
+        main = hf_config._main(hf)
+        block.update({key: main[key] for key in mobilebert.EXTRA_KEYS}, embedding_size=main["embedding_size"])
+
+    def to_hf(self, block: hf_config.Block, cfg: TransformerConfig, hf: hf_config.HFConfig, tokenizer: Any) -> None:
+        hf.update(dataclasses.asdict(mobilebert.settings(block)), embedding_size=cfg.embed_dim)
+
+
+MOBILEBERT = HFModel(
+    "mobilebert", "mobilebert", {"model": "MobileBertForPreTraining"}, prefix="mobilebert",
+    layout=(names.Part("model", "encoder", "mobilebert",
+                       (names.MOBILEBERT_EMBEDDINGS, names.MOBILEBERT_LAYER, names.BERT_POOLER), trunk=True),
+            names.Part("model", "", "", (names.MOBILEBERT_HEADS,), trunk=False)),
+    # classifier_activation is our pooler (dense + tanh on the first token, or the token as is)
+    keys=(*ENCODER_KEYS, ("pooler", "classifier_activation")), activation=("hidden_act", {"relu": "relu", **GELUS}),
+    fixed={k: v for k, v in ENCODER.items() if k != "embedding_size"},
+    defaults={**{k: v for k, v in BERT_DEFAULTS.items() if k != "position_embedding_type"}, "hidden_size": 512, "num_hidden_layers": 24, "num_attention_heads": 4,
+              "intermediate_size": 512, "hidden_act": "relu", "hidden_dropout_prob": 0.0, "embedding_size": 128,
+              "trigram_input": True, "use_bottleneck": True, "intra_bottleneck_size": 128,
+              "use_bottleneck_attention": False, "key_query_shared_bottleneck": True, "num_feedforward_networks": 4,
+              "normalization_type": "no_norm", "classifier_activation": True, "tie_word_embeddings": True},
+    tokenizer="MobileBertTokenizer", required={"tie_word_embeddings": True}, written={"pad_token_id": 0},
+    translations=(MobileBertSettings(),),
+    tied={"cls.predictions.decoder.weight": "mobilebert.embeddings.word_embeddings.weight",
+          "cls.predictions.decoder.bias": "cls.predictions.bias"},
+    pooler="mobilebert.pooler.dense.weight",
+)
+
+RECORDS = {r.model_type: r for r in (BERT, ROBERTA, ALBERT, ELECTRA, DISTILBERT, MOBILEBERT, GPT2, OPENAI_GPT, T5, MT5,
+                                     BART, TRANSFO_XL, XLNET)}
 
 
 def by_type(model_type: Any, where: str) -> HFModel:

@@ -231,10 +231,46 @@ XLNET_LAYER = (
 )
 XLNET_HEAD = (("lm_bias", "lm_loss.bias", "tensor"),)
 
+# MobileBERT: `layer_{i}` holds a whole block (bottlenecks, attention, stacked FFNs); HF numbers
+# the stacked FFNs `ffn.{j}` (num_feedforward_networks - 1 of them; rows for up to 16, the paper
+# stacks 4 in all), and its last FFN is the layer's `intermediate` and `output`.
+MOBILEBERT_EMBEDDINGS = (
+    *EMBEDDINGS[:3],
+    ("embeddings/transformation", "embeddings.embedding_transformation", "dense"),
+    ("embeddings/norm", "embeddings.LayerNorm", "norm"),
+)
+_MB = "encoder.layer.{i}"
+MOBILEBERT_LAYER = (
+    ("layer_{i}/bottleneck", f"{_MB}.bottleneck.input.dense", "dense"),
+    ("layer_{i}/bottleneck_norm", f"{_MB}.bottleneck.input.LayerNorm", "norm"),
+    ("layer_{i}/shared_bottleneck", f"{_MB}.bottleneck.attention.dense", "dense"),
+    ("layer_{i}/shared_bottleneck_norm", f"{_MB}.bottleneck.attention.LayerNorm", "norm"),
+    ("layer_{i}/attention/query", f"{_MB}.attention.self.query", "to_heads"),
+    ("layer_{i}/attention/key", f"{_MB}.attention.self.key", "to_heads"),
+    ("layer_{i}/attention/value", f"{_MB}.attention.self.value", "to_heads"),
+    ("layer_{i}/attention/output", f"{_MB}.attention.output.dense", "from_heads"),
+    ("layer_{i}/attention/norm", f"{_MB}.attention.output.LayerNorm", "norm"),
+    *((f"layer_{{i}}/ffn_{j}/{ours}", f"{_MB}.ffn.{j}.{hf}", kind) for j in range(15)
+      for ours, hf, kind in (("intermediate", "intermediate.dense", "dense"), ("output", "output.dense", "dense"),
+                             ("norm", "output.LayerNorm", "norm"))),
+    ("layer_{i}/ffn_last/intermediate", f"{_MB}.intermediate.dense", "dense"),
+    ("layer_{i}/ffn_last/output", f"{_MB}.output.dense", "dense"),
+    ("layer_{i}/ffn_last/norm", f"{_MB}.output.LayerNorm", "norm"),
+    ("layer_{i}/output_bottleneck", f"{_MB}.output.bottleneck.dense", "dense"),
+    ("layer_{i}/output_bottleneck_norm", f"{_MB}.output.bottleneck.LayerNorm", "norm"),
+)
+
 # Heads, relative to the model root on both sides.
 BERT_HEADS = (
     ("mlm/transform", "cls.predictions.transform.dense", "dense"),
     ("mlm/norm", "cls.predictions.transform.LayerNorm", "norm"),
+    ("mlm/bias", "cls.predictions.bias", "tensor"),
+    ("nsp/dense", "cls.seq_relationship", "dense"),
+)
+MOBILEBERT_HEADS = (
+    ("mlm/transform", "cls.predictions.transform.dense", "dense"),
+    ("mlm/norm", "cls.predictions.transform.LayerNorm", "norm"),
+    ("mlm/extra", "cls.predictions.dense.weight", "tensor"),  # [H - E, vocab] on both sides
     ("mlm/bias", "cls.predictions.bias", "tensor"),
     ("nsp/dense", "cls.seq_relationship", "dense"),
 )
