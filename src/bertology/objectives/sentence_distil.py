@@ -68,5 +68,6 @@ def loss(params: Any, batch: dict[str, Array], rng: Array | None, model: WithTea
     tokens = batch["input_mask"]
     rows = jnp.max(tokens, axis=-1)
     sentence = cosine(masked_mean(student, tokens), masked_mean(teacher, tokens))
-    means = {"sentence_loss": Mean.of(1.0 - sentence, rows), "hidden_loss": Mean.of(1.0 - cosine(student, teacher), tokens)}
+    means = {"sentence_loss": Mean.of(1.0 - sentence, rows),
+             "hidden_loss": Mean.of(1.0 - cosine(student, teacher), tokens)}
     return Terms(loss={"sentence_loss": alpha_sentence, "hidden_loss": alpha_hidden}, means=means)
