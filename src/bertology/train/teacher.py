@@ -17,13 +17,19 @@ without a teacher are untouched.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import hashlib
+import os
 import pathlib
+import shutil
 from typing import Any
 
 import flax.linen as nn
 import ml_collections
 
 from bertology import models
+from bertology.errors import UserError
+from bertology.interop import import_hf
 from bertology.train.checkpoint import load_params
 
 
@@ -51,3 +57,35 @@ def load(path: str | pathlib.Path) -> Teacher:
     """The teacher in `path`: a pretraining run directory or a `bertology.convert --from hf` import."""
     params, config = load_params(path)
     return Teacher(models.build(ml_collections.ConfigDict(config["model"])), params, config, pathlib.Path(path))
+
+
+def converted_hf(hf_dir: str | pathlib.Path) -> pathlib.Path:
+    """The Hugging Face checkpoint in `hf_dir` as a run directory a config can name as its
+    `teacher_checkpoint`, converted on first use into $BERTOLOGY_CACHE/converted/.
+
+    Why a cache rather than a manual `bertology.convert` step: a recipe whose teacher ships as HF
+    files (configs/minilm_student.py) then runs with one command, and every run and resume names
+    the same directory. It is keyed by the bytes of every file in `hf_dir`, so changed weights
+    convert anew; a lock makes concurrent first uses convert once, and a directory left half
+    written by a crash is redone."""
+    hf_dir = pathlib.Path(hf_dir)
+    files = sorted(f for f in hf_dir.rglob("*") if f.is_file())
+    if not (hf_dir / "config.json").is_file():
+        raise UserError(f"{hf_dir} holds no Hugging Face config.json; pass the directory of a saved HF model")
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(hf_dir)).encode() + b"\0")
+        with f.open("rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 22), b""):
+                digest.update(chunk)
+    root = pathlib.Path(os.environ.get("BERTOLOGY_CACHE", "~/.cache/bertology")).expanduser() / "converted"
+    target = root / f"{hf_dir.absolute().parent.name}-{hf_dir.name}-{digest.hexdigest()[:16]}"
+    done = target / "CONVERTED"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            import_hf(hf_dir, target)
+            done.write_text(str(hf_dir.absolute()) + "\n")
+    return target
