@@ -10,6 +10,7 @@ distances used and `same_length`; XLNet with `reuse_len` < segment, `mem_len` < 
 
 import os
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -225,3 +226,78 @@ def test_xlnet_shared_biases_refuse_export(tmp_path):
     write_run(tmp_path / "run", block, _init(model)())
     with pytest.raises(UserError, match="untie_r"):
         export_hf(tmp_path / "run", tmp_path / "out")
+
+
+# ---------------------------------------------------------------- XLNet fine-tuning heads
+
+def finetuning_batch(rng) -> dict:
+    """XLNet's task layout: a <sep> b <sep> <cls> padded on the left (rows 1 and 2), segments
+    0, 1, then 2 for <cls>, 4 for padding (`tasks/encode.py`)."""
+    pads = np.array([0, 3, 1, 0])
+    mask = (np.arange(L)[None] >= pads[:, None]).astype(np.int32)
+    ids = np.where(mask > 0, rng.integers(0, V, (B, L)), 0).astype(np.int32)
+    segments = np.where(mask > 0, np.array([[0, 0, 0, 0, 1, 1, 1, 2]]), 4).astype(np.int32)
+    return dict(input_ids=ids, input_mask=mask, segment_ids=segments)
+
+
+def our_task_model(hf_model, tmp_path, kind: str, num_labels: int, head: str):
+    """HF's fine-tuning model as ours: its transformer through import_hf and the family's `trunk`,
+    its SequenceSummary projection as the trunk's `summary`, its output layer `head` as ours."""
+    from bertology.models.tasks import TaskModel
+
+    hf_model.save_pretrained(tmp_path / "hf")
+    report = import_hf(tmp_path / "hf", tmp_path / "run")
+    assert report.fresh == ["lm_bias"]  # a fine-tuning checkpoint has no LM output layer
+    params, run_config = load_params(tmp_path / "run")
+    cfg, trunk = models.pretrained_encoder(params, run_config["model"])
+    state = {k: v.numpy() for k, v in hf_model.state_dict().items()}
+
+    def linear(name):
+        return {"kernel": jnp.asarray(state[f"{name}.weight"].T), "bias": jnp.asarray(state[f"{name}.bias"])}
+
+    model = TaskModel(cfg, kind, num_labels, "full", run_config["model"]["family"])
+    # HF's QA model has no summary (nothing reads it there): ours keeps its initialisation
+    summary = (linear("sequence_summary.summary") if "sequence_summary.summary.weight" in state else
+               model.init(jax.random.PRNGKey(0), finetuning_batch(np.random.default_rng(0)))["params"]["encoder"]["summary"])
+    return model, {"encoder": {**trunk, "summary": summary}, "head": linear(head)}
+
+
+def hf_inputs(batch) -> dict:
+    return dict(input_ids=torch.tensor(batch["input_ids"]).long(),
+                attention_mask=torch.tensor(batch["input_mask"]).float(),
+                token_type_ids=torch.tensor(batch["segment_ids"]).long())
+
+
+def test_xlnet_sequence_classification_matches_transformers_with_left_padding(tmp_path):
+    """XLNetForSequenceClassification (summary of the last position, dense + tanh, then the
+    labels' layer) against our task model on the imported weights: the trunk's `pooled` is HF's
+    SequenceSummary, and left padding changes nothing it reads."""
+    torch.manual_seed(0)
+    cfg = transformers.XLNetConfig(vocab_size=V, d_model=16, n_layer=2, n_head=2, d_head=8, d_inner=24,
+                                   ff_activation="gelu_new", dropout=0.0, layer_norm_eps=1e-6, num_labels=3)
+    hf_model = randomize(transformers.XLNetForSequenceClassification(cfg))
+    model, params = our_task_model(hf_model, tmp_path, "classification", 3, "logits_proj")
+    batch = finetuning_batch(np.random.default_rng(2))
+    with torch.no_grad():
+        want = hf_model(**hf_inputs(batch)).logits.numpy()
+    got = np.asarray(model.apply({"params": params}, {k: jnp.asarray(v) for k, v in batch.items()})["logits"])
+    print(f"\nxlnet sequence classification: max logit diff {np.abs(got - want).max():.2e}")
+    assert np.abs(got - want).max() <= TOLERANCE
+    assert np.abs(want[0] - want[3]).max() > 1e-2  # the rows differ, so a constant output would fail
+
+
+def test_xlnet_question_answering_matches_transformers(tmp_path):
+    """XLNetForQuestionAnsweringSimple (one start/end layer over every position) against our QA
+    head over the trunk's `sequence`, padded positions included."""
+    torch.manual_seed(1)
+    cfg = transformers.XLNetConfig(vocab_size=V, d_model=16, n_layer=2, n_head=2, d_head=8, d_inner=24,
+                                   ff_activation="gelu_new", dropout=0.0, layer_norm_eps=1e-6)
+    hf_model = randomize(transformers.XLNetForQuestionAnsweringSimple(cfg))
+    model, params = our_task_model(hf_model, tmp_path, "qa", 2, "qa_outputs")
+    batch = finetuning_batch(np.random.default_rng(3))
+    with torch.no_grad():
+        out = hf_model(**hf_inputs(batch))
+    got = model.apply({"params": params}, {k: jnp.asarray(v) for k, v in batch.items()})
+    diffs = [float(np.abs(np.asarray(got[k]) - getattr(out, k).numpy()).max()) for k in ("start_logits", "end_logits")]
+    print(f"\nxlnet QA (simple): max start/end logit diff {diffs}")
+    assert max(diffs) <= TOLERANCE

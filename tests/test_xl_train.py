@@ -6,6 +6,7 @@ import importlib.util
 import pathlib
 import shutil
 
+import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
@@ -94,31 +95,34 @@ def test_killed_run_resumes_exactly_with_its_memory(whole):
 
 
 def test_xlnet_summary_is_the_last_token_and_left_padding_leaves_it_unchanged():
-    """What fine-tuning reads from XLNet (`sequence`, `pooled`): padding on the left, as the
-    reference fine-tunes, moves no real token's relative distances, so the summary `<cls>` (the
-    last position) and every real position read the same as the unpadded row."""
+    """What fine-tuning reads from XLNet (`xlnet.task_trunk`: `sequence`, `pooled`): padding on the
+    left, as the reference fine-tunes, moves no real token's relative distances, so the summary of
+    `<cls>` (the last position) and every real position read the same as the unpadded row."""
     from bertology import models
+    from bertology.models import xlnet
 
     c = get_config("xlnet")
-    c.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=50, mem_len=0,
-                   reuse_len=0, bi_data=False)
-    model = models.build(c.model)
+    c.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=50)
+    trunk = xlnet.task_trunk(models.encoder_config(c.model), "encoder")
     rng = np.random.default_rng(0)
     ids = rng.integers(3, 50, (1, 7)).astype(np.int32)
     segments = np.array([[0, 0, 0, 1, 1, 1, 2]], np.int32)
     pad = 5
     padded = {"input_ids": np.concatenate([np.zeros((1, pad), np.int32), ids], 1),
-              "segment_ids": np.concatenate([np.zeros((1, pad), np.int32), segments], 1),
+              "segment_ids": np.concatenate([np.full((1, pad), 4, np.int32), segments], 1),
               "input_mask": np.concatenate([np.zeros((1, pad), np.int32), np.ones_like(ids)], 1)}
-    params = model.init(jax.random.PRNGKey(0), padded)["params"]
-    short = model.apply({"params": params}, {"input_ids": ids, "segment_ids": segments, "input_mask": np.ones_like(ids)})
-    long = model.apply({"params": params}, padded)
-    np.testing.assert_allclose(long["pooled"], short["sequence"][:, -1], atol=1e-5)
+    params = nn.meta.unbox(trunk.init(jax.random.PRNGKey(0), padded)["params"])
+    short = trunk.apply({"params": params}, {"input_ids": ids, "segment_ids": segments, "input_mask": np.ones_like(ids)})
+    long = trunk.apply({"params": params}, padded)
+    np.testing.assert_allclose(long["pooled"], short["pooled"], atol=1e-5)
+    np.testing.assert_allclose(long["pooled"], np.tanh(long["sequence"][:, -1] @ params["summary"]["kernel"]
+                                                       + params["summary"]["bias"]), atol=1e-5)
     np.testing.assert_allclose(long["sequence"][:, pad:], short["sequence"], atol=1e-5)
+    assert len(long["layers"]) == 3 and long["layers"][-1] is long["sequence"]
     # the summary reads the whole row: another first token changes it
     changed = padded["input_ids"].copy()
     changed[0, pad] = ids[0, 0] % 49 + 1
-    other = model.apply({"params": params}, {**padded, "input_ids": changed})
+    other = trunk.apply({"params": params}, {**padded, "input_ids": changed})
     assert np.abs(other["pooled"] - long["pooled"]).max() > 1e-4
 
 
@@ -127,3 +131,55 @@ def test_without_memory_the_run_keeps_no_carry_and_checkpoints(tmp_path):
     has no carry and its checkpoints hold no empty arrays."""
     result = _run("transfo_xl", tmp_path, 4, mem_len=0)
     assert "carry" not in result["state"] and sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
+
+
+def test_xlnet_trunk_of_shared_biases_computes_the_pretrained_network():
+    """`xlnet.trunk` copies shared r_w/r_r/r_s biases (untie_r=False) into every layer: the
+    fine-tuning trunk on them gives the pretraining model's content stream (read through the tied
+    output layer, compared with the model's logits without targets)."""
+    from bertology import models
+    from bertology.models import xlnet
+
+    c = get_config("xlnet")
+    c.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=50, untie_r=False,
+                   mem_len=0, reuse_len=0, bi_data=False, dropout_rate=0.0)
+    model = models.build(c.model)
+    rng = np.random.default_rng(1)
+    batch = {"input_ids": rng.integers(3, 50, (2, 9)).astype(np.int32), "input_mask": np.ones((2, 9), np.int32),
+             "segment_ids": np.array([[0] * 4 + [1] * 4 + [2]] * 2, np.int32)}
+    params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), batch)["params"])
+    assert "biases" in params and "biases" not in params["attention_0"]
+    cfg, trunk = models.pretrained_encoder(params, c.model)
+    task = xlnet.task_trunk(cfg, "encoder")
+    fresh = nn.meta.unbox(task.init(jax.random.PRNGKey(1), batch)["params"])
+    out = task.apply({"params": {**trunk, "summary": fresh["summary"]}}, batch)
+    table = params["embeddings"]["token"]["embedding"]
+    np.testing.assert_allclose(out["sequence"] @ table.T + params["lm_bias"], model.apply({"params": params}, batch)["logits"],
+                               atol=1e-4)
+
+
+def test_xlnet_finetunes_from_its_pretraining_run(tmp_path):
+    """configs/finetune/xlnet.py from a tiny XLNet pretraining run: the run's trunk loads into the
+    task model with nothing missing or left over (only the summary is new), and the loss falls on
+    the SST-2 fixture (as `test_finetune` checks BERT's heads; the embedded task needs ~150 steps
+    of 32 for any model, too long here)."""
+    from flax.traverse_util import flatten_dict
+
+    from bertology.models import xlnet
+    from bertology.train.checkpoint import load_params
+    from bertology.train.finetune import finetune
+
+    _run("xlnet", tmp_path / "pre", 2, mem_len=24, dropout_rate=0.0, attention_dropout_rate=0.0,
+         activation_dropout_rate=0.0)
+    c = get_config("finetune/xlnet", "sst2")
+    c.update(init_checkpoint=str(tmp_path / "pre"), total_steps=40, batch_size=8, eval_batch_size=8, log_every=1)
+    c.data.update(dir=str(pathlib.Path(__file__).parent / "fixtures" / "glue" / "SST-2"), max_seq_length=48)
+    c.optimizer.learning_rate = 3e-3
+    c.mesh.shape = (1, 1)
+    result = finetune(c, tmp_path / "ft")
+    loss = np.array(result["train_loss"])
+    assert loss[-5:].mean() < loss[:5].mean() - 0.3, loss
+    pretrained = flatten_dict(xlnet.trunk(load_params(tmp_path / "pre")[0]))
+    encoder = flatten_dict(result["params"]["encoder"])
+    assert set(encoder) - set(pretrained) == {("summary", "kernel"), ("summary", "bias")}
+    assert set(pretrained) <= set(encoder)

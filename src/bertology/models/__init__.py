@@ -15,6 +15,12 @@ outside it ever asks which family it is:
 - `initial_carry(model_config, batch_size) -> pytree` (optional): the zero state a recurrent
   family carries from one batch to the next on contiguous data (Transformer-XL and XLNet memory,
   ELMo's LSTM states; `bertology.train.step`, `bertology.data.lanes`);
+- `task_trunk(cfg, name: str) -> flax.linen.Module` (optional): the fine-tuning trunk, built under
+  `name` with `cfg` = `config(model_config)` (or the TransformerConfig); its
+  `__call__(inputs: dict, *, deterministic: bool)` returns {"sequence": [B, L, D], "pooled": [B, D]
+  (what sequence-level heads read: BERT's pooler, XLNet's summary of its last `<cls>`), "layers":
+  list of [B, L, D]}, and its parameters are `trunk(params)` plus whatever only fine-tuning trains.
+  Families without it get the shared `Encoder` (`bertology.models.tasks.TaskModel`);
 - `task_inputs(cfg, tokenizer, arrays, mode) -> arrays` (optional): extra inputs a non-Transformer
   trunk needs in fine-tuning (ELMo's character ids);
 - `flops_per_token(config, nominal) -> float`: training FLOPs per input token of a run config

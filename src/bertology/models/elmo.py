@@ -43,6 +43,7 @@ from bertology.data import words
 from bertology.data.words import N_CHARACTERS
 from bertology.errors import UserError
 from bertology.models import encoder_config, flops
+from bertology.models.tasks import masked_mean
 
 Array = jax.Array
 ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh}
@@ -259,6 +260,21 @@ class Model(nn.Module):
         logits = [self.softmax(self.dropout(h, deterministic=deterministic)).astype(jnp.float32) for h in (fwd, bwd)]
         out = {"forward_logits": logits[0], "backward_logits": logits[1]}
         return {**out, "layers": layers} if carry is None else {**out, "carry": carry}
+
+
+class TaskTrunk(Model):
+    """The biLM as a fine-tuning trunk (`task_trunk`): its mixable layers, with the top one as
+    `sequence` and its mean over real tokens as `pooled`. It is used frozen, through the task
+    model's scalar mix (`task_inputs` admits only mode=features), so the softmax is never built."""
+
+    def __call__(self, inputs: dict[str, Array], *, deterministic: bool = True) -> dict[str, Any]:
+        layers = self.representations(inputs, deterministic)
+        return {"sequence": layers[-1], "pooled": masked_mean(layers[-1], inputs["input_mask"]), "layers": layers}
+
+
+def task_trunk(cfg: ElmoConfig, name: str) -> nn.Module:
+    """The fine-tuning trunk of the family contract (`bertology.models`)."""
+    return TaskTrunk(cfg, name=name)
 
 
 def task_inputs(cfg: ElmoConfig, tokenizer: Any, arrays: dict[str, np.ndarray], mode: str) -> dict[str, np.ndarray]:

@@ -11,10 +11,11 @@ feeds the head an ELMo-style learned scalar mix of all its layers (Peters et al.
 encoder's first token was trained for NSP at best, so in that mode sequence-level heads read the
 mix averaged over real tokens instead.
 
-The trunk may also be ELMo's biLM (an `ElmoConfig`, `models/elmo.py`), in `features` mode only:
-its layers (the char CNN's [x; x], then each LSTM layer's [forward; backward]) go through the
-same scalar mix, and the heads are BERT-initialised layers over the mix. Its rows carry
-`char_ids` (`elmo.task_inputs`).
+The trunk is the shared `Encoder` unless the model's family builds its own (`task_trunk` in the
+family contract, `bertology.models`): XLNet's relative-attention stack read at its last `<cls>`,
+ELMo's biLM (features mode only, its layers through the same scalar mix). Every trunk returns
+`sequence`, `pooled` (what sequence-level heads read) and `layers`. A trunk whose config is not
+a `TransformerConfig` gives the heads BERT's initialisation.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertology.errors import UserError
-from bertology.models import elmo
+from bertology import models
 from bertology.models.transformer import Encoder, TransformerConfig, dense, ones, zeros
 
 Array = jax.Array
@@ -57,28 +57,26 @@ class TaskModel(nn.Module):
     regression: [batch]) or, for QA, {"start_logits", "end_logits"} ([batch, length]).
     """
 
-    cfg: Any  # TransformerConfig, or elmo.ElmoConfig (features mode)
+    cfg: Any  # the trunk's config: a TransformerConfig, or what its family's `config` gives
     kind: str
     num_labels: int
     mode: str = "full"
+    family: str | None = None  # the family whose `task_trunk` builds the trunk; None: the shared Encoder
 
     @nn.compact
     def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
-        biLM = isinstance(self.cfg, elmo.ElmoConfig)
         frozen = self.mode == "features"
-        if biLM and not frozen:
-            raise UserError(f"an ELMo trunk is used frozen; use mode=features, not {self.mode!r}")
-        # The heads' layers: ELMo has no Transformer config, so they take BERT's initialisation.
-        cfg = TransformerConfig(vocab_size=self.cfg.vocab_size, dropout_rate=self.cfg.dropout_rate) if biLM else self.cfg
+        # the heads' layers: a trunk that is not a Transformer gives them BERT's initialisation
+        cfg = (self.cfg if isinstance(self.cfg, TransformerConfig)
+               else TransformerConfig(vocab_size=self.cfg.vocab_size, dropout_rate=self.cfg.dropout_rate))
         inputs = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids", "char_ids") if k in batch}
         choices = inputs["input_ids"].shape[1] if self.kind == "choice" else None
         if choices:  # [batch, choices, length, ...] -> [batch·choices, length, ...]
             inputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in inputs.items()}
         mask = inputs["input_mask"]
-        if biLM:
-            out = {"layers": elmo.Model(self.cfg, name="encoder").representations(inputs)}
-        else:
-            out = Encoder(cfg, name="encoder")(inputs, deterministic=deterministic or frozen)
+        build = getattr(models.family(self.family), "task_trunk", None) if self.family else None
+        trunk = Encoder(self.cfg, name="encoder") if build is None else build(self.cfg, "encoder")
+        out = trunk(inputs, deterministic=deterministic or frozen)
         if frozen:
             sequence = ScalarMix(name="mix")([jax.lax.stop_gradient(x) for x in out["layers"]])
             pooled = masked_mean(sequence, mask)

@@ -20,8 +20,9 @@ Follows the reference (zihangdai/xlnet `modeling.py`, mirrored by Hugging Face's
   A zero carry means no memory (HF with mems=None); the reference instead starts its training
   from visible zero states.
 
-Fine-tuning reads the content stream: `sequence` [B, L, d] and `pooled`, the last position,
-which is the final `<cls>` because XLNet puts `<cls>` last and pads on the left.
+Fine-tuning (`task_trunk`, `TaskTrunk`) reads the content stream: `sequence` [B, L, d] and
+`pooled`, the summary of the last position, which is the final `<cls>` because XLNet puts `<cls>`
+last and pads on the left (`data.cls_position="last"`, `data.padding_side="left"`).
 """
 
 from __future__ import annotations
@@ -35,14 +36,17 @@ from bertology.errors import UserError
 from bertology.models import flops, transformer_config
 from bertology.models.relative import (Biases, Recurrence, RelativeAttention, carry_of, encodings, extend_memory,
                                        recurrence, run_carry, visible_keys)
-from bertology.models.transformer import Embeddings, FeedForward, TransformerConfig, init, zeros
+from bertology.models.transformer import Embeddings, FeedForward, TransformerConfig, dense, init, zeros
 
 EXTRA_KEYS = ("mem_len", "reuse_len", "clamp_len", "untie_r", "bi_data")
 REQUIRED = dict(positions="none", type_vocab_size=0, embedding_norm=False, scale_embeddings=False, norm="post",
                 embedding_size=None, share_layers="none", scan_layers=False)
 
 
-class Model(nn.Module):
+class Network(nn.Module):
+    """The stack both the pretraining `Model` and the fine-tuning `TaskTrunk` run: embeddings,
+    `mask_emb`, relative attention and feed-forward layers (the parameters they share)."""
+
     cfg: TransformerConfig
     xl: Recurrence
 
@@ -55,16 +59,17 @@ class Model(nn.Module):
         self.attention = [RelativeAttention(cfg, segment_term=True, untie_r=self.xl.untie_r, name=f"attention_{i}")
                           for i in range(cfg.num_layers)]
         self.ffn = [FeedForward(cfg, name=f"ffn_{i}") for i in range(cfg.num_layers)]
-        self.lm_bias = self.param("lm_bias", zeros(("vocab",)), (cfg.vocab_size,))
         self.dropout = nn.Dropout(cfg.dropout_rate)
 
-    def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
+    def streams(self, batch: dict[str, jax.Array], carry: dict[str, jax.Array],
+                deterministic: bool) -> tuple[jax.Array, jax.Array | None, list[jax.Array]]:
+        """(the content stream's last layer, the query stream's or None without `target_mapping`,
+        every layer's content input)."""
         cfg, xl = self.cfg, self.xl
         ids = batch["input_ids"]
         rows, qlen = ids.shape
         input_mask = batch.get("input_mask", jnp.ones_like(ids))
         segments = batch.get("segment_ids", jnp.zeros_like(ids))
-        carry = carry_of(batch, cfg, xl)
         mem_len = carry["memory_mask"].shape[1]
 
         # who sees whom: valid keys minus the permutation's blocks; memory slots are never blocked
@@ -94,13 +99,41 @@ class Model(nn.Module):
             h = self.ffn[i](h, deterministic)
             if g is not None:
                 g = self.ffn[i](g, deterministic)
+        return h, g, inputs
+
+
+class Model(Network):
+    """Pretraining: {"logits": [B, P, V] at the predictions (or [B, L, V]), "carry": the next memory}."""
+
+    def setup(self):
+        super().setup()
+        self.lm_bias = self.param("lm_bias", zeros(("vocab",)), (self.cfg.vocab_size,))
+
+    def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
+        carry = carry_of(batch, self.cfg, self.xl)
+        h, g, inputs = self.streams(batch, carry, deterministic)
         out = self.dropout(h if g is None else g, deterministic=deterministic)
         logits = self.embeddings.attend(out).astype(jnp.float32) + self.lm_bias
-        reuse = xl.reuse_len or qlen
+        reuse = self.xl.reuse_len or h.shape[1]
         memory, memory_mask = extend_memory(carry["memory"], carry["memory_mask"],
                                             jnp.stack(inputs, 1)[:, :, :reuse])
-        return {"logits": logits, "sequence": h, "pooled": h[:, -1],
-                "carry": {"memory": memory, "memory_mask": memory_mask}}
+        return {"logits": logits, "carry": {"memory": memory, "memory_mask": memory_mask}}
+
+
+class TaskTrunk(Network):
+    """Fine-tuning (`task_trunk`): the content stream alone, without memory, permutation or query
+    stream, as the reference and Hugging Face fine-tune. `pooled` is the summary of the last
+    position (the final `<cls>`, since inputs put it last and pad on the left): HF's
+    `SequenceSummary` with `summary_type="last"`, a dense layer and tanh, which only fine-tuning
+    trains."""
+
+    def setup(self):
+        super().setup()
+        self.summary = dense(self.cfg, self.cfg.hidden_size, ("embed", "hidden"), "summary")
+
+    def __call__(self, inputs: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
+        h, _, layers = self.streams(inputs, carry_of(inputs, self.cfg, self.xl), deterministic)
+        return {"sequence": h, "pooled": jnp.tanh(self.summary(h[:, -1])), "layers": [*layers, h]}
 
 
 def config(model_config: ml_collections.ConfigDict | dict) -> TransformerConfig:
@@ -121,9 +154,21 @@ def initial_carry(model_config: ml_collections.ConfigDict | dict, batch_size: in
     return run_carry(config(model_config), recurrence(model_config, EXTRA_KEYS), batch_size)
 
 
+def task_trunk(cfg: TransformerConfig, name: str) -> TaskTrunk:
+    """The fine-tuning trunk of the family contract (`bertology.models`): relative attention with
+    per-layer biases (what `trunk` gives any checkpoint), no memory, no clamp, no bi_data."""
+    return TaskTrunk(cfg, Recurrence(), name=name)
+
+
 def trunk(params: dict) -> dict:
-    """The network fine-tuning reads: everything but the LM output bias."""
-    return {k: v for k, v in params.items() if k != "lm_bias"}
+    """A pretraining run's parameters as `TaskTrunk` holds them: without the LM output bias, and
+    shared r_w/r_r/r_s biases (`untie_r=False`) copied into every layer, which computes the same
+    network with the layout fine-tuning (like Hugging Face's XLNet) always uses."""
+    out = {k: v for k, v in params.items() if k not in ("lm_bias", "biases")}
+    if "biases" in params:
+        for name in (k for k in out if k.startswith("attention_")):
+            out[name] = {**out[name], "biases": params["biases"]}
+    return out
 
 
 def flops_per_token(config_: ml_collections.ConfigDict, nominal: bool = False) -> float:

@@ -112,10 +112,15 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     return c
 
 
+# What fine-tuning adds to a pretrained trunk, so it keeps its initialisation: adapters, activation ranges, and a
+# trunk's sequence-summary projection that pretraining never trains (`task_trunk`: XLNet's, HF's SequenceSummary).
+NEW_IN_FINETUNING = ("adapter", quantize_lib.RANGE, "summary")
+
+
 def merge_pretrained(fresh: Any, pretrained: Any, where: str) -> Any:
     """`fresh` encoder params with every tensor the checkpoint has replaced by its value.
 
-    Adapters and activation ranges are new, so they keep their initialisation; any other missing tensor or any shape
+    What fine-tuning adds (`NEW_IN_FINETUNING`) keeps its initialisation; any other missing tensor or any shape
     mismatch means the checkpoint is not this encoder.
     """
     saved = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(pretrained)}
@@ -123,7 +128,7 @@ def merge_pretrained(fresh: Any, pretrained: Any, where: str) -> Any:
     def pick(path, leaf):
         name = jax.tree_util.keystr(path)
         if name not in saved:
-            if "adapter" in name or quantize_lib.RANGE in name:
+            if any(new in name for new in NEW_IN_FINETUNING):
                 return leaf
             raise UserError(f"checkpoint {where} has no encoder tensor {name}; it is not a bertology pretraining run")
         if tuple(saved[name].shape) != tuple(leaf.shape):
@@ -146,9 +151,9 @@ def trainable_mask(params: Any, mode: str) -> Any:
     return jax.tree_util.tree_map_with_path(trains, params)
 
 
-def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, Any]:
-    """(trunk config, pretrained trunk params or None, tokenizer, vocab path, the trunk family's
-    `task_inputs` hook or None: a trunk that is not a Transformer (ELMo) adds its own inputs).
+def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, str]:
+    """(trunk config, pretrained trunk params or None, tokenizer, vocab path, the trunk's family,
+    whose optional `task_trunk` and `task_inputs` hooks build the trunk and add its inputs).
 
     With init_checkpoint the vocabulary is `data.vocab` if set, else the checkpoint's own; either
     way its size must be the checkpoint's embedding rows, or every id would look up another
@@ -163,10 +168,9 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, Any
             raise UserError(f"{source} {vocab} has {tokenizer.vocab_size} tokens but init_checkpoint "
                             f"{config.init_checkpoint} embeds {cfg.vocab_size}; set data.vocab to the vocabulary it "
                             "was trained with")
-        return cfg, encoder, tokenizer, vocab, getattr(models.family(pre["model"]["family"]), "task_inputs", None)
+        return cfg, encoder, tokenizer, vocab, pre["model"]["family"]
     vocab, tokenizer = run_lib.resolve_vocab(config)
-    return (models.encoder_config(config.model), None, tokenizer, str(vocab),
-            getattr(models.family(config.model.family), "task_inputs", None))
+    return models.encoder_config(config.model), None, tokenizer, str(vocab), config.model.family
 
 
 class ShuffledRows:
@@ -215,11 +219,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     if config.mode not in MODES:
         raise UserError(f"mode={config.mode!r} is unknown; use one of {MODES}")
     validation.check(config)
-    cfg, pretrained, tokenizer, vocab, task_inputs = _encoder(config)
+    cfg, pretrained, tokenizer, vocab, family = _encoder(config)
+    task_inputs = getattr(models.family(family), "task_inputs", None)
     config.data.vocab = vocab
     if task_inputs is None and config.mode == "adapters":
         cfg = dataclasses.replace(cfg, adapter_size=config.adapter_size)
-    if task_inputs is None and config.data.max_seq_length > cfg.max_position_embeddings - cfg.position_offset:
+    if (task_inputs is None and cfg.positions == "absolute"
+            and config.data.max_seq_length > cfg.max_position_embeddings - cfg.position_offset):
         raise UserError(f"data.max_seq_length={config.data.max_seq_length} exceeds the encoder's "
                         f"{cfg.max_position_embeddings - cfg.position_offset} positions; lower it")
 
@@ -256,7 +262,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     def with_pretrained(fresh: Any) -> Any:
         return {**fresh, "encoder": merge_pretrained(fresh["encoder"], pretrained, config.init_checkpoint)}
 
-    model = task_model(cfg, task, config.mode, config.quantize, config.grad_accum_steps)
+    model = task_model(cfg, family, task, config.mode, config.quantize, config.grad_accum_steps)
     teacher = task_teacher(config, task)
     objective = objectives.get("finetune" if teacher is None else
                                {"name": "tinybert", "stage": "prediction", "temperature": config.distill_temperature})
@@ -304,17 +310,17 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     return {**results, "params": run.state["params"], "predictions": latest["predictions"]}
 
 
-def task_model(cfg: models.TransformerConfig, task: tasks.Task, mode: str, quantize: str,
+def task_model(cfg: Any, family: str, task: tasks.Task, mode: str, quantize: str,
                grad_accum_steps: int = 1) -> TaskModel:
-    """The fine-tuning network: a `TaskModel`, quantization-aware for `quantize="int8"`."""
+    """The fine-tuning network of a `family` trunk: a `TaskModel`, quantization-aware for `quantize="int8"`."""
     if quantize == "none":
-        return TaskModel(cfg, task.kind, task.num_labels, mode)
+        return TaskModel(cfg, task.kind, task.num_labels, mode, family)
     if quantize != "int8":
         raise UserError(f"quantize={quantize!r} is unknown; use 'none' or 'int8'")
     if grad_accum_steps != 1:
         raise UserError("quantize='int8' measures activation ranges per step and cannot accumulate microbatches; "
                         "set grad_accum_steps=1")
-    return quantize_lib.QuantizedTaskModel(cfg, task.kind, task.num_labels, mode)
+    return quantize_lib.QuantizedTaskModel(cfg, task.kind, task.num_labels, mode, family)
 
 
 def task_teacher(config: ml_collections.ConfigDict, task: tasks.Task) -> Teacher | None:
@@ -327,10 +333,10 @@ def task_teacher(config: ml_collections.ConfigDict, task: tasks.Task) -> Teacher
                         f"{teacher_config.get('task')!r}, not on the classification task {task.name!r}; pass a "
                         "fine-tuning run of this task")
     teacher_config = ml_collections.ConfigDict(teacher_config)
-    cfg = _encoder(teacher_config)[0]
+    cfg, _, _, _, family = _encoder(teacher_config)
     if teacher_config.mode == "adapters":
         cfg = dataclasses.replace(cfg, adapter_size=teacher_config.adapter_size)
-    model = task_model(cfg, task, teacher_config.mode, teacher_config.get("quantize", "none"))
+    model = task_model(cfg, family, task, teacher_config.mode, teacher_config.get("quantize", "none"))
     return Teacher(model, params, teacher_config.to_dict(), pathlib.Path(config.teacher_checkpoint))
 
 
