@@ -23,7 +23,6 @@ from bertology.train.checkpoint import load_params
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
 import lstm_lm  # noqa: E402
-import seq_autoencoder  # noqa: E402
 
 TINY = dict(family="lstm", vocab_size=29, projection_dim=8, lstm_dim=12, n_layers=2, use_skip_connections=True,
             dropout_rate=0.0)

@@ -291,7 +291,7 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     """Char CNN, highways and projection (twice: each direction reads its own stream), both LSTM
     stacks and both softmaxes, per word (nominal the same)."""
     cfg = encoder_config(config.model)
-    chars, e, f, p, d = cfg.max_characters_per_token, cfg.char_embedding_dim, cfg.n_filters, cfg.projection_dim, cfg.lstm_dim
+    chars, e, f, p = cfg.max_characters_per_token, cfg.char_embedding_dim, cfg.n_filters, cfg.projection_dim
     cnn = sum(2 * w * e * n * (chars - w + 1) for w, n in cfg.filters)
     highway = cfg.n_highway * 2 * (2 * f * f)
     projection = 2 * f * p if cfg.use_projection else 0
