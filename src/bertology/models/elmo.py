@@ -307,11 +307,16 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     """Char CNN, highways and projection (twice: each direction reads its own stream), both LSTM
     stacks and both softmaxes, per word (nominal the same)."""
     cfg = encoder_config(config.model)
-    chars, e, f, p, d = cfg.max_characters_per_token, cfg.char_embedding_dim, cfg.n_filters, cfg.projection_dim, cfg.lstm_dim
+    chars, e, f, p = cfg.max_characters_per_token, cfg.char_embedding_dim, cfg.n_filters, cfg.projection_dim
     cnn = sum(2 * w * e * n * (chars - w + 1) for w, n in cfg.filters)
     highway = cfg.n_highway * 2 * (2 * f * f)
     projection = 2 * f * p if cfg.use_projection else 0
-    lstm = cfg.n_layers * (2 * (p + p) * 4 * d + 2 * d * p)
-    if not cfg.use_projection:
-        lstm += 2 * (f - p) * 4 * d  # the first layer's wider input
+    lstm = stack_flops(cfg, p if cfg.use_projection else f)
     return flops.TRAIN * (2 * (cnn + highway + projection) + 2 * lstm + 2 * 2 * p * cfg.vocab_size)
+
+
+def stack_flops(cfg: Any, n_in: int) -> float:
+    """Forward FLOPs per token of one direction's LSTMP stack (`LSTMStack` of `cfg`) whose first
+    layer reads `n_in`-wide inputs: each layer's [x, h] @ W and its projection."""
+    p, d = cfg.projection_dim, cfg.lstm_dim
+    return cfg.n_layers * (2 * (p + p) * 4 * d + 2 * d * p) + 2 * (n_in - p) * 4 * d
