@@ -21,27 +21,13 @@ import ml_collections
 
 from bertology import recipes
 from bertology.data.words import embedded_word_vocab
-from bertology.errors import UserError
-from bertology.models.lstm import PRESETS
+from bertology.models import lstm
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
-    if preset not in PRESETS:
-        raise UserError(f"unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    p = PRESETS[preset]
     c = recipes.pretraining({}, family="lstm", objective="transfo_xl", paper=False)
-    c.model = ml_collections.ConfigDict(dict(
-        family="lstm",
-        kind="lm",
-        vocab_size=ml_collections.config_dict.placeholder(int),  # None: taken from the word vocabulary
-        projection_dim=p["projection_dim"],
-        lstm_dim=p["lstm_dim"],
-        n_layers=p["n_layers"],
-        cell_clip=0.0,
-        proj_clip=0.0,
-        use_skip_connections=True,
-        dropout_rate=0.1,
-    ))
+    c.model = lstm.model_block(preset, "lm")
+    p = lstm.PRESETS[preset]
     c.data.update(objective="contiguous_lm", max_seq_length=p["length"], vocab=str(embedded_word_vocab(p["words"])))
     c.batch_size = 16
     c.optimizer.update(learning_rate=3e-3, weight_decay=0.0)

@@ -48,6 +48,20 @@ PRESETS = {
 }
 
 
+def model_block(preset: str, kind: str) -> ml_collections.ConfigDict:
+    """The `model` block of the two baseline configs (configs/lstm_lm.py, seq_autoencoder.py):
+    `preset`'s shapes, residual between layers, no clipping (Dai & Le clip nothing)."""
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
+    p = PRESETS[preset]
+    return ml_collections.ConfigDict(dict(
+        family="lstm", kind=kind,
+        vocab_size=ml_collections.config_dict.placeholder(int),  # None: taken from the word vocabulary
+        projection_dim=p["projection_dim"], lstm_dim=p["lstm_dim"], n_layers=p["n_layers"],
+        cell_clip=0.0, proj_clip=0.0, use_skip_connections=True, dropout_rate=0.1,
+    ))
+
+
 @dataclasses.dataclass(frozen=True)
 class LSTMConfig:
     """The fields `elmo.LSTMStack` reads (its LSTMP layers), plus the vocabulary and `kind`.
