@@ -497,21 +497,30 @@ class Attention(nn.Module):
         return k.value, v.value, mask.replace(keys=keys.value)
 
     def _append_to_cache(self, k: Array, v: Array, mask: Mask) -> tuple[Array, Array, Mask, Array]:
-        """Write this call's keys/values (and key padding) at the cache index; return the whole cache."""
+        """Write this call's keys/values (and key padding) at the cache index; return the whole cache.
+
+        The cache is kept [batch, heads, slots, head_dim], the layout the attention products
+        contract in (batch and heads leading), and handed back as a transposed view that XLA
+        folds into those products: kept [batch, slots, heads, head_dim] instead, every decoding
+        step copied each layer's whole cache into that layout (on XLA:CPU 24 copies of the
+        cache per step for GPT-2 small), where the new token's keys are tiny to transpose."""
         creating = not self.has_variable("cache", "cached_key")
-        cached_k = self.variable("cache", "cached_key", jnp.zeros, k.shape, k.dtype)
-        cached_v = self.variable("cache", "cached_value", jnp.zeros, v.shape, v.dtype)
+        heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, l, h, d] <-> [b, h, l, d]
+        cached_k = self.variable("cache", "cached_key", lambda: jnp.zeros(heads_first(k).shape, k.dtype))
+        cached_v = self.variable("cache", "cached_value", lambda: jnp.zeros(heads_first(v).shape, v.dtype))
         cached_keys = self.variable("cache", "key_mask", jnp.zeros, mask.keys.shape, bool)
         index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
         if creating:  # the init call: shapes only, the cache stays empty
             return k, v, mask, jnp.zeros((), jnp.int32)
         start = index.value
-        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k.astype(cached_k.value.dtype), (0, start, 0, 0))
-        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v.astype(cached_v.value.dtype), (0, start, 0, 0))
+        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, heads_first(k).astype(cached_k.value.dtype),
+                                                      (0, 0, start, 0))
+        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, heads_first(v).astype(cached_v.value.dtype),
+                                                      (0, 0, start, 0))
         cached_keys.value = jax.lax.dynamic_update_slice(cached_keys.value, mask.keys, (0, start))
         index.value = start + k.shape[1]
         mask = mask.replace(keys=cached_keys.value, documents=None)
-        return cached_k.value, cached_v.value, mask, start
+        return heads_first(cached_k.value), heads_first(cached_v.value), mask, start
 
 
 class FeedForward(nn.Module):
