@@ -222,9 +222,15 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     cfg, pretrained, tokenizer, vocab, family = _encoder(config)
     task_inputs = getattr(models.family(family), "task_inputs", None)
     config.data.vocab = vocab
-    if task_inputs is None and config.mode == "adapters":
+    # A trunk that is not a Transformer (ELMo's, the LSTM baselines') has no adapters, position table, segment
+    # embeddings or layer count for these: each is asked of the trunk's config, not of the family's name.
+    if config.mode == "adapters":
+        if not hasattr(cfg, "adapter_size"):
+            raise UserError(f"the {family} trunk has no adapters; use mode=full or mode=features")
         cfg = dataclasses.replace(cfg, adapter_size=config.adapter_size)
-    if (task_inputs is None and cfg.positions == "absolute"
+    if config.optimizer.layerwise_lr_decay != 1.0 and not hasattr(cfg, "num_layers"):
+        raise UserError(f"optimizer.layerwise_lr_decay needs a layered Transformer trunk, not {family}'s; set it to 1.0")
+    if (getattr(cfg, "positions", None) == "absolute"
             and config.data.max_seq_length > cfg.max_position_embeddings - cfg.position_offset):
         raise UserError(f"data.max_seq_length={config.data.max_seq_length} exceeds the encoder's "
                         f"{cfg.max_position_embeddings - cfg.position_offset} positions; lower it")
@@ -236,7 +242,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     if task_inputs is not None:  # ELMo: word rows read through their characters (`elmo.task_inputs`)
         for f in feats.values():
             f.arrays.update(task_inputs(cfg, tokenizer, f.arrays, config.mode))
-    elif cfg.type_vocab_size == 1:  # RoBERTa has one segment embedding: pairs are told apart by [SEP] alone
+    elif getattr(cfg, "type_vocab_size", None) == 1:  # RoBERTa has one segment embedding: pairs are told apart by [SEP] alone
         for f in feats.values():
             f.arrays["segment_ids"] = np.zeros_like(f.arrays["segment_ids"])
     train_arrays = feats["train"].arrays
