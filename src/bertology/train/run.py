@@ -357,7 +357,7 @@ class Run:
     writer: MetricsWriter
     data_state: dict[str, Any] | None  # the data position of the checkpoint resumed from
     teacher_params: Any = None  # the frozen teacher's parameters as placed on the mesh (None: no teacher)
-    zero_carry: Any = None  # the carry evaluation starts from (None: the run carries nothing)
+    zero_carry: Any = None  # the carry evaluation starts from (None: evaluation carries nothing)
 
     @property
     def step(self) -> int:
