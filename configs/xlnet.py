@@ -15,6 +15,10 @@ The full-size presets need XLNet's 32k sentencepiece model: `--config.data.vocab
 The learning rate and warmup are the recipe's defaults: the published runs' values are not in
 the reference facts this config was written from.
 
+Evaluation (`eval`: mem_len, clamp_len; None = the training value) runs the trained parameters
+with these settings over `model`, e.g. a longer memory than training's (`--config.eval.mem_len`);
+XLNet has no `same_length`.
+
 Data (`data.objective="xlnet"`): [reuse_len tokens | A <sep> B <sep> <cls>] over contiguous lanes,
 span targets, `perm_mask` [B, L, L] (1 = may not attend) and `target_mapping` [B, P, L]; with
 `bi_data` the second half of the batch holds the reversed copies (the model negates their
@@ -22,6 +26,7 @@ relative distances), so batch_size must be even.
 """
 
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 from bertology import recipes
 from bertology.errors import UserError
@@ -39,6 +44,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.model.update(positions="none", type_vocab_size=0, embedding_norm=False, activation="gelu_tanh",
                    activation_dropout_rate=0.1, pooler=False, max_position_embeddings=length, mem_len=memory,
                    reuse_len=reuse, clamp_len=-1, untie_r=True, bi_data=True)
+    c.eval = ml_collections.ConfigDict(dict(mem_len=placeholder(int), clamp_len=placeholder(int)))
     c.data.update(objective="xlnet", max_seq_length=length, reuse_len=reuse, num_predict=predict, bi_data=True,
                   perm_size=reuse)
     if preset == "tiny":

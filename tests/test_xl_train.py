@@ -1,6 +1,7 @@
 """Transformer-XL and XLNet trained end to end through the pretraining loop on the embedded corpus:
-the contiguous LM lanes continue one token stream, both families' losses fall, and a run killed
-after a checkpoint and resumed equals an uninterrupted one, losses and carried memory."""
+the contiguous LM lanes continue one token stream, both families' losses fall, a run killed
+after a checkpoint and resumed equals an uninterrupted one, losses and carried memory, and one
+device equals eight (the memory's rows sharded over them like the batch's)."""
 
 import importlib.util
 import pathlib
@@ -47,18 +48,21 @@ def test_contiguous_lm_lanes_continue_one_stream_with_next_token_targets():
     np.testing.assert_array_equal(lane[0, 1:], stream[offset[0, 0, 0] + 1: offset[0, 0, 0] + lane.shape[1]])
 
 
-def _run(name: str, workdir: pathlib.Path, steps: int, **model) -> dict:
-    """A small `name` run on the embedded corpus: segments of 32 tokens, 8 lanes, checkpoint at half."""
+def _run(name: str, workdir: pathlib.Path, steps: int, *, length: int = 32, mesh: tuple = (-1, 1), **model) -> dict:
+    """A small `name` run on the embedded corpus: segments of `length` tokens, 8 lanes, checkpoint
+    at half, on all 8 simulated devices unless `mesh` says otherwise."""
     from bertology.train.loop import train
 
     c = get_config(name)
     c.update(batch_size=8, total_steps=steps, log_every=1, eval_every=0, checkpoint_every=steps // 2, seed=3)
-    c.model.update(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, max_position_embeddings=32,
+    c.mesh.shape = mesh
+    c.model.update(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, max_position_embeddings=length,
                    **model)
-    c.data.max_seq_length = 32
+    c.data.max_seq_length = length
     if name == "xlnet":
-        c.data.update(reuse_len=16, perm_size=16, num_predict=6)
-        c.model.reuse_len = 16
+        half = length // 2
+        c.data.update(reuse_len=half, perm_size=half, num_predict=6)
+        c.model.reuse_len = half
     c.optimizer.update(learning_rate=3e-3, warmup_steps=3)
     return train(c, workdir)
 
@@ -92,6 +96,22 @@ def test_killed_run_resumes_exactly_with_its_memory(whole):
     carry, expected = jax.device_get(second["state"]["carry"]), jax.device_get(result["state"]["carry"])
     jax.tree.map(np.testing.assert_array_equal, carry, expected)
     assert np.abs(expected["memory"]).max() > 0 and expected["memory_mask"].all()  # memory was carried
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_one_device_and_eight_devices_agree(name, tmp_path):
+    """The same short run on mesh (1, 1) and (8, 1), one lane per device on eight: the losses agree
+    step by step and so does the memory carried at the end (dropout on: its masks do not depend on
+    how the rows are sharded)."""
+    runs = {mesh: _run(name, tmp_path / str(mesh), 4, length=16, mesh=mesh, **SETTINGS[name])
+            for mesh in [(1, 1), (8, 1)]}
+    one, eight = ([h["loss"] for h in runs[m]["history"]] for m in [(1, 1), (8, 1)])
+    assert len(one) == 4
+    np.testing.assert_allclose(eight, one, rtol=2e-4)
+    carry_one, carry_eight = (jax.device_get(runs[m]["state"]["carry"]) for m in [(1, 1), (8, 1)])
+    np.testing.assert_allclose(carry_eight["memory"], carry_one["memory"], rtol=2e-4, atol=2e-5)
+    np.testing.assert_array_equal(carry_eight["memory_mask"], carry_one["memory_mask"])
+    assert carry_one["memory_mask"].all() and np.abs(carry_one["memory"]).max() > 0
 
 
 def test_xlnet_summary_is_the_last_token_and_left_padding_leaves_it_unchanged():

@@ -102,6 +102,9 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("data.mask_alpha", _integer(1), "XLNet: context tokens per predicted n-gram token (K = 6)"),
     ("data.mask_beta", _integer(1), "XLNet: predicted tokens per mask_alpha context tokens (1)"),
     ("data.bi_data", _boolean(), "XLNet: half the batch as reversed lanes"),
+    ("eval.mem_len", _integer(0), "memory slots per layer at evaluation (unset: the training model.mem_len)"),
+    ("eval.clamp_len", _integer(-1), "the largest relative distance encoded at evaluation; -1 clamps nothing"),
+    ("eval.same_length", _boolean(), "at evaluation every query sees mem_len keys (Transformer-XL's eval)"),
     ("model.activation_dropout_rate", _number(0, 1, hi_open=True), "the dropout probability after the FFN activation"),
     ("distill_temperature", _positive(), "the softmax temperature of task distillation, e.g. 1.0"),
     ("quantize", _one_of("none", "int8"), "none or Q8BERT's int8 quantization-aware training"),
@@ -113,7 +116,8 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("prune.end_fraction", _number(0, 1), "when pruning reaches its sparsity, as a fraction of the steps"),
     ("prune.every", _integer(1), "steps between mask updates"),
 )
-_UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps", "optimizer.schedule_steps")
+_UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps", "optimizer.schedule_steps", "eval.mem_len",
+                  "eval.clamp_len", "eval.same_length")
 
 
 def _get(config: ml_collections.ConfigDict, key: str) -> Any:
@@ -146,6 +150,25 @@ def check(config: ml_collections.ConfigDict) -> None:
     _check_length(config)
     _check_batching(config)
     _check_xlnet(config)
+    _check_eval(config)
+
+
+def _check_eval(config: ml_collections.ConfigDict) -> None:
+    """The `eval` block sets model settings for held-out evaluation (unset: training's), so each
+    must be one the model block has, and `same_length` needs memory at evaluation."""
+    block, model = _get(config, "eval"), _get(config, "model")
+    if _MISSING in (block, model):
+        return
+    for key, value in block.items():
+        if value is not None and key not in model:
+            raise _refuse(f"eval.{key}", value, f"is not a setting of this {model.get('family')} model",
+                          "remove it (eval takes keys of the model block, e.g. mem_len)")
+    mem_len = block.get("mem_len")
+    mem_len = model.get("mem_len", 0) if mem_len is None else mem_len
+    same = block.get("same_length")
+    if (model.get("same_length") if same is None else same) and not mem_len:
+        raise _refuse("eval.same_length", True, "needs memory at evaluation (each query sees mem_len keys)",
+                      "set --config.eval.mem_len > 0 or --config.eval.same_length=False")
 
 
 def _check_length(config: ml_collections.ConfigDict) -> None:

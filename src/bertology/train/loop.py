@@ -7,13 +7,19 @@ batches, `init_checkpoint` taking a whole model (and its vocab) from another run
 `teacher_checkpoint` putting a frozen teacher beside the student (`bertology.train.teacher`):
 the student takes the teacher's vocab unless set, and a family that defines
 `from_teacher(teacher_params, fresh_params)` (DistilBERT) starts from the teacher's weights.
+
+Held-out evaluation may run the trained parameters under other model settings than training
+(the config's `eval` block, set entries over `model`): Transformer-XL evaluates with a longer
+memory, `same_length` and a clamp length, as its reference does. `evaluate` re-evaluates a run's
+latest checkpoint that way without training it further.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import ml_collections
@@ -97,23 +103,61 @@ def shuffled_data(config: ml_collections.ConfigDict, tokenizer: Any,
     return stream, evals
 
 
-def contiguous_data(config: ml_collections.ConfigDict, transform: transforms.Transform, docs: dict[str, Any],
-                    family: ModuleType) -> tuple[lanes.LanesStream, list[dict[str, np.ndarray]], Any]:
-    """A contiguous transform's lanes (`bertology.data.lanes`): the stream, held-out lanes (this
-    process's rows, in order), and the family's initial carry (None if it carries nothing, so
-    a stateless family reads lanes as plain rows)."""
+def contiguous_data(config: ml_collections.ConfigDict, transform: transforms.Transform,
+                    docs: dict[str, Any]) -> tuple[lanes.LanesStream, list[dict[str, np.ndarray]]]:
+    """A contiguous transform's lanes (`bertology.data.lanes`): the stream and held-out lanes
+    (this process's rows, in order)."""
     stream = lanes.LanesStream(transform, docs["train"], batch_size=config.batch_size, seed=config.seed,
                                process_index=jax.process_index(), process_count=jax.process_count())
     evals = [{k: v[stream.rows] for k, v in b.items()}
              for b in lanes.eval_batches(transform, docs["validation"], batch_size=config.batch_size,
                                          num_batches=config.eval_batches, seed=config.seed)]
+    return stream, evals
+
+
+def first_carry(family: ModuleType, model_config: ml_collections.ConfigDict, batch_size: int) -> Any:
+    """The family's initial carry for this model block on contiguous lanes; None if it carries
+    nothing (no `initial_carry`, or that says so), so a stateless family reads lanes as plain rows."""
     initial = getattr(family, "initial_carry", None)
-    return stream, evals, None if initial is None else initial(config.model, config.batch_size)
+    return None if initial is None else initial(model_config, batch_size)
+
+
+def eval_model_block(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict | None:
+    """The model block held-out evaluation builds its network from: `model` with the set (not
+    None) entries of the config's `eval` block over it, the same parameters under other settings
+    (a longer memory); None when the config sets none, so evaluation runs the training network."""
+    overrides = {k: v for k, v in (config.get("eval") or {}).items() if v is not None}
+    if not overrides:
+        return None
+    block = ml_collections.ConfigDict(config.model.to_dict())
+    block.update(overrides)
+    return block
 
 
 def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, Any]:
     """Pretrain per `config` in `workdir` (a local path or gs://...), resuming from its latest
     checkpoint. Returns {history, state, step, preempted}."""
+    with prepared(config, workdir) as (run, stream, evals):
+        return run.fit(stream, config.total_steps, run.evaluator(evals) if config.eval_every else None)
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, float]:
+    """The held-out metrics of `workdir`'s latest checkpoint, evaluated per `config` (that run's
+    config; its `eval` block may differ, e.g. `--config.eval.mem_len` for a longer memory) without
+    training further: one run's parameters compared under several evaluation settings."""
+    if not (epath.Path(workdir) / "config.json").exists():
+        raise UserError(f"{workdir} is not a bertology run (no config.json); pass the --workdir of a pretraining run")
+    with prepared(config, workdir) as (run, _, evals):
+        if run.data_state is None:
+            raise UserError(f"{workdir} holds no checkpoint to evaluate; train it first or pass another workdir")
+        return run.evaluator(evals)(run.state["params"])
+
+
+@contextlib.contextmanager
+def prepared(config: ml_collections.ConfigDict,
+             workdir: str | pathlib.Path) -> Iterator[tuple[run_lib.Run, Any, list[dict[str, np.ndarray]]]]:
+    """The set-up run of `config` in `workdir` (resumed from its latest checkpoint, else fresh),
+    its training stream and its held-out batches: what `train` and `evaluate` share."""
     workdir = epath.Path(workdir)
     config = ml_collections.ConfigDict(config.to_dict())  # our own copy: vocab_size may be filled in
     start = adopt_init_checkpoint(config)
@@ -130,8 +174,13 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
                                      progress=jax.process_index() == 0)  # documents stay on disk, read by index
     family = models.family(config.model.family)
     transform = transforms.make(config.data, tokenizer)
+    eval_block = eval_model_block(config)
+    eval_model, eval_carry = None if eval_block is None else models.build(eval_block), None
     if transform.contiguous:
-        stream, evals, carry = contiguous_data(config, transform, docs, family)
+        (stream, evals), carry = contiguous_data(config, transform, docs), first_carry(family, config.model,
+                                                                                       config.batch_size)
+        if eval_block is not None:
+            eval_carry = first_carry(family, eval_block, config.batch_size)
     else:
         (stream, evals), carry = shuffled_data(config, tokenizer, docs), None
     first = next(stream)
@@ -158,7 +207,9 @@ def train(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dic
         start_params=start_params if starts else None,
         teacher=teacher,
         carry=carry,
+        eval_model=eval_model,
+        eval_carry=eval_carry,
     ) as run:
         log(f"pretraining {config.model.family} ({sum(x.size for x in jax.tree.leaves(run.state['params'])) / 1e6:.2f}M "
             f"params), batch {config.batch_size}x{config.data.max_seq_length}")
-        return run.fit(stream, config.total_steps, run.evaluator(evals) if config.eval_every else None)
+        yield run, stream, evals

@@ -32,6 +32,9 @@ Carried state (`setup(carry=...)`, see `bertology.train.step`): `state["carry"]`
 given zeros, its rows placed over the data axes like the batch's rows, and is checkpointed and
 restored with the rest of the state, so a resumed run continues the same lanes with the same
 memory. Evaluation runs its batches in order from a zero carry, carrying it across them.
+An evaluation model (`setup(eval_model=..., eval_carry=...)`: the same parameters under other
+settings, e.g. Transformer-XL's longer evaluation memory) has its own zero carry, whose shapes
+may differ from training's; its rows are placed like the batch's too.
 
 A frozen teacher (`setup(teacher=...)`, see `bertology.train.teacher`) is placed beside the state,
 not in it: an extra, undonated argument of the jitted steps, so it is never updated, never
@@ -80,7 +83,7 @@ MAX_NONFINITE_STEPS = 5
 # Keys that may differ between a run and the run it resumes without `allow_config_change`: they
 # change what is logged, evaluated or kept, or where the run is placed, never what it computes.
 # (total_steps is not among them: the learning-rate schedule is a function of it.)
-SAFE_TO_CHANGE = ("log_every", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints",
+SAFE_TO_CHANGE = ("log_every", "eval_every", "eval_batches", "eval", "checkpoint_every", "keep_checkpoints",
                   "max_nonfinite_steps", "allow_config_change", "mesh", "data.cache_dir")
 
 
@@ -354,7 +357,7 @@ class Run:
     writer: MetricsWriter
     data_state: dict[str, Any] | None  # the data position of the checkpoint resumed from
     teacher_params: Any = None  # the frozen teacher's parameters as placed on the mesh (None: no teacher)
-    zero_carry: Any = None  # the carry evaluation starts from (None: the run carries nothing)
+    zero_carry: Any = None  # the carry evaluation starts from (None: evaluation carries nothing)
 
     @property
     def step(self) -> int:
@@ -471,6 +474,8 @@ def setup(
     start_params: Callable[[Any], Any] | None = None,
     teacher: Teacher | None = None,
     carry: Any = None,
+    eval_model: nn.Module | None = None,
+    eval_carry: Any = None,
 ) -> Iterator[Run]:
     """Set up a run of `model` trained on `objective` in `workdir`, with `sharding.activate` in
     force for its duration; checkpoints and metrics are flushed and closed on the way out.
@@ -483,6 +488,9 @@ def setup(
     the objective as `WithTeacher(model, teacher.model, params)` (`bertology.train.teacher`).
     `carry`: the initial carried state (host arrays, leading axis the global batch row; the
     family's `initial_carry`) of a recurrent family on contiguous data; None carries nothing.
+    `eval_model`: the network held-out evaluation runs on the trained parameters (None: `model`),
+    with `eval_carry` its initial carry in `carry`'s form (None: it carries nothing); without an
+    `eval_model` evaluation starts from zeros shaped like `carry`.
     """
     validation.check(config)
     workdir = epath.Path(workdir)
@@ -528,30 +536,32 @@ def setup(
             check_shapes(teacher.params, sharding.abstract_arrays(boxed_teacher, teacher_shardings), teacher.source)
             frozen, frozen_shardings = (jax.device_put(teacher.params, teacher_shardings),), (teacher_shardings,)
 
-        def with_teacher(*teacher_params: Any) -> Any:
-            return WithTeacher(model, teacher.model, teacher_params[0]) if teacher_params else model
+        def with_teacher(net: nn.Module, *teacher_params: Any) -> Any:
+            return WithTeacher(net, teacher.model, teacher_params[0]) if teacher_params else net
 
         replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         jitted_train = jax.jit(
             lambda state, batch, k, *t: skip_nonfinite(
-                make_train_step(with_teacher(*t), objective, tx, lr, config.grad_accum_steps))(state, batch, k),
+                make_train_step(with_teacher(model, *t), objective, tx, lr, config.grad_accum_steps))(state, batch, k),
             in_shardings=(shardings, batch_sharding, replicated, *frozen_shardings),
             out_shardings=(shardings, replicated),
             donate_argnums=(0,),
         )
-        carry_shardings = shardings.get(CARRY)
+        if eval_model is None:
+            eval_model, eval_carry = model, None if carry is None else jax.tree.map(np.zeros_like, carry)
+        eval_carry_shardings = jax.tree.map(lambda _: batch_sharding, eval_carry)
 
         def evaluation(params: Any, batch: dict[str, jax.Array], carry: Any, *t: Any) -> tuple[Terms, Any]:
             """One held-out batch's sums, and the carry it hands to the next (None: no carry)."""
             if carry is not None:
                 batch = with_carry(batch, carry)
-            terms = objective.terms(params, batch, None, with_teacher(*t))
+            terms = objective.terms(params, batch, None, with_teacher(eval_model, *t))
             return Terms(terms.loss, terms.means), None if carry is None else terms.carry
 
         jitted_eval = jax.jit(
             evaluation,
-            in_shardings=(shardings["params"], batch_sharding, carry_shardings, *frozen_shardings),
-            out_shardings=(replicated, carry_shardings),
+            in_shardings=(shardings["params"], batch_sharding, eval_carry_shardings, *frozen_shardings),
+            out_shardings=(replicated, eval_carry_shardings),
         )
         writer = MetricsWriter(workdir, after_step=0 if resumed is None else resumed[0])
         cleanup.callback(writer.close)
@@ -559,4 +569,5 @@ def setup(
         yield Run(config, mesh, rules, key, objective, state, lambda s, b, k: jitted_train(s, b, k, *frozen),
                   lambda p, b, c: jitted_eval(p, b, c, *frozen), checkpointer, writer, data_state,
                   frozen[0] if frozen else None,
-                  None if carry is None else jax.device_put(jax.tree.map(np.zeros_like, carry), carry_shardings))
+                  None if eval_carry is None else jax.device_put(jax.tree.map(np.asarray, eval_carry),
+                                                                 eval_carry_shardings))
