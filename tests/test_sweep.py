@@ -20,10 +20,10 @@ T5_VOCAB = 8000 + 100  # the shipped unigram plus T5's 100 sentinels
 def config(**kw) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict(dict(
         configs_dir=str(REPO / "configs"), families=("t5",), reference="t5", budgets=(0.5, 1.0),
-        reference_steps=100, batch_size=4, max_seq_length=64, mesh_shape=(-1, 1), scratch="t5",
+        reference_steps=100, batch_size=8, max_seq_length=64, mesh_shape=(-1, 1), scratch="t5",
         variants=(dict(name="deshuffle", config="t5.py:tiny",
                        overrides=dict(data=dict(noise=dict(kind="deshuffle"), max_target_length=64))),),
-        finetune=dict(seq2seq=dict(total_steps=2, batch_size=4, eval_examples=4, eval_batch_size=4,
+        finetune=dict(seq2seq=dict(total_steps=2, batch_size=8, eval_examples=8, eval_batch_size=8,
                                    data=dict(max_seq_length=32, max_target_length=12),
                                    generation=dict(max_new_tokens=6)))))
     c.update(kw)
@@ -43,7 +43,7 @@ def test_two_variants_of_one_family_get_the_steps_their_flops_buy():
     decoder allows for the same FLOPs."""
     span_target = random_spans_lengths(64, 0.15, 3.0)[1]
     assert span_target == round(29 / 128 * 64) == 14  # at 64 the sweep's scaled 128 -> 29 is the exact length
-    span, shuffle = t5_step_flops(64, span_target, 4), t5_step_flops(64, 64, 4)
+    span, shuffle = t5_step_flops(64, span_target, 8), t5_step_flops(64, 64, 8)
     assert shuffle > 2 * span  # the output layer over 8,100 tokens at every target position dominates
     runs = {(r["variant"], r["budget"]): r for r in sweep.plan(config())}
     for budget in (0.5, 1.0):
