@@ -12,10 +12,13 @@ def get_config():
     c = ml_collections.ConfigDict()
     c.configs_dir = "configs"
     c.families = ("bert", "roberta", "albert", "electra", "spanbert")
+    c.variants = ()
+    c.reference = "bert"
     c.budgets = (0.5, 1.0)
     c.reference_steps = 300
     c.batch_size = 32
     c.max_seq_length = 64
     c.mesh_shape = (-1, 1)
-    c.finetune = ml_collections.ConfigDict(dict(epochs=3, data=dict(max_seq_length=64)))  # overrides of finetune/embedded.py
+    # overrides of finetune/embedded.py
+    c.finetune = ml_collections.ConfigDict(dict(classification=dict(epochs=3, data=dict(max_seq_length=64))))
     return c

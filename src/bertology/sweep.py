@@ -1,29 +1,67 @@
-"""The miniature replication: pretrain each tiny family at equal FLOPs, fine-tune each, compare.
+"""The miniature replications: pretrain variants at equal FLOPs, fine-tune each, compare.
 
     python -m bertology.sweep --config configs/sweep/equal_flops.py --workdir runs/sweep
+    python -m bertology.sweep --config configs/sweep/t5_objectives.py --workdir runs/t5_objectives
+    python -m bertology.sweep --config configs/sweep/seq2seq_finetune.py --workdir runs/s2s_finetune
 
-For every budget (in units of `reference_steps` of tiny BERT) and family, the family's tiny config
-gets as many steps as the budget buys at its own cost per token, is pretrained on the embedded
-corpus, then fine-tuned on the embedded task; a from-scratch run is the zero-FLOP point. Writes
-`sweep.json`, a Markdown `table.md` and `score_vs_flops.png`. Finished runs are skipped, so an
-interrupted sweep continues where it stopped.
+A sweep config names what to pretrain and what to fine-tune it on:
+- `families`: family names, each the variant `<family>.py:tiny` of `configs_dir` unchanged;
+- `variants`: further variants, each a dict `name`, `config` (`file.py[:arg]` in `configs_dir`),
+  optional `overrides` (a nested dict over that config, applied after the sweep's shapes, e.g.
+  `{"data": {"noise": {"kind": "iid"}}}`) and optional `init_from` (a config spec pretrained first
+  on `init_share`, default 0.5, of the budget, whose run initialises this one: the BERT-as-encoder
+  route); the table lists families, then variants, in order;
+- `reference`: the variant whose `reference_steps` steps are a budget of 1;
+- `finetune`: one block per fine-tuning target, its keys overriding the target's config:
+  `classification` (`finetune/embedded.py`, scored by accuracy) and/or `seq2seq`
+  (`finetune/seq2seq.py:embedded_<family>`, scored by ROUGE-1/2/L); `scratch`: the family whose
+  tiny model is fine-tuned from scratch on the seq2seq target (classification's is
+  `finetune/embedded.py`'s model).
+
+For every budget (in units of `reference_steps` of the reference) and variant, the variant gets as
+many steps as the budget buys at its own cost per token, is pretrained on the embedded corpus, then
+fine-tuned on each target; the from-scratch run is the zero-FLOP point. Writes `sweep.json`, a
+Markdown `table.md` and `score_vs_flops.png`. Finished runs are skipped, so an interrupted sweep
+continues where it stopped.
 
 FLOPs per token are each family's nominal count (`bertology.models.flops`, ELECTRA paper style:
 6·(12·L·d² + 2·L·s·d) per stack plus the MLM heads at the masked fraction; ELECTRA adds its
-generator and the per-token discriminator head; NSP/SOP and SpanBERT's boundary head are left out).
+generator and the per-token discriminator head; NSP/SOP and SpanBERT's boundary head are left out;
+an encoder-decoder counts both stacks, cross-attention and the output layer over its decoder rows,
+so an objective with shorter targets buys more steps).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import pathlib
 import sys
+from typing import Any
 
 import ml_collections
 from absl import flags
 
 from bertology import cli, models, validation
+from bertology.errors import UserError
+
+TARGETS = ("classification", "seq2seq")
+SEQ2SEQ_FAMILIES = ("bart", "t5", "unilm")  # finetune/seq2seq.py's; other encoder-decoders are `bart` networks
+# target: (score keys in the fine-tuning results, their table headers)
+SCORES = {"classification": (("accuracy",), ("embedded-task accuracy",)),
+          "seq2seq": (("rouge1", "rouge2", "rougeL"), ("ROUGE-1", "ROUGE-2", "ROUGE-L"))}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One pretraining recipe of a sweep: a config file (with its argument) and overrides."""
+
+    name: str
+    config: str  # "file.py[:arg]" in the sweep's configs_dir
+    overrides: dict = dataclasses.field(default_factory=dict)
+    init_from: str | None = None  # a config spec pretrained first, on init_share of the budget
+    init_share: float = 0.5
 
 
 def flops_per_token(config: ml_collections.ConfigDict, vocab_size: int) -> float:
@@ -41,88 +79,178 @@ def load_config(path: pathlib.Path, *args: str) -> ml_collections.ConfigDict:
     return module.get_config(*args)
 
 
-def _pretrain_config(c: ml_collections.ConfigDict, family: str, steps: int) -> ml_collections.ConfigDict:
-    pc = load_config(pathlib.Path(c.configs_dir) / f"{family}.py", "tiny")
-    ratio = pc.data.max_predictions_per_seq / pc.data.max_seq_length
+def variants(c: ml_collections.ConfigDict) -> list[Variant]:
+    """The sweep's variants in table order: `families` (each `<family>.py:tiny`), then `variants`."""
+    out = [Variant(name=f, config=f"{f}.py:tiny") for f in c.families]
+    for v in c.get("variants", ()):
+        v = dict(v)
+        if not {"name", "config"} <= set(v) or set(v) - {f.name for f in dataclasses.fields(Variant)}:
+            raise UserError(f"sweep variant {v} must have `name` and `config` and may have `overrides`, `init_from`, "
+                            "`init_share`; fix configs' variants")
+        out.append(Variant(**v))
+    names = [v.name for v in out]
+    if len(set(names)) != len(names):
+        raise UserError(f"sweep variant names repeat in {names}; give each variant its own name")
+    if c.reference not in names:
+        raise UserError(f"reference={c.reference!r} names no variant of the sweep; use one of {', '.join(names)}")
+    return out
+
+
+def _load(c: ml_collections.ConfigDict, spec: str) -> ml_collections.ConfigDict:
+    file, _, arg = spec.partition(":")
+    path = pathlib.Path(c.configs_dir) / file
+    if not path.is_file():
+        raise UserError(f"sweep config {spec!r}: no file {path}; name a config in {c.configs_dir}/")
+    return load_config(path, *([arg] if arg else []))
+
+
+def _pretrain_config(c: ml_collections.ConfigDict, spec: str, steps: int, overrides: dict | None = None,
+                     init: str | None = None) -> ml_collections.ConfigDict:
+    """The pretraining config `spec` at the sweep's batch and length (masked predictions and
+    decoder rows scaled with the length), `steps` long, then the variant's overrides."""
+    pc = _load(c, spec)
+    for key, least in (("max_predictions_per_seq", 1), ("max_target_length", 2)):
+        if pc.data.get(key):
+            ratio = pc.data[key] / pc.data.max_seq_length
+            pc.data[key] = max(least, int(round(ratio * c.max_seq_length)))
     pc.data.max_seq_length = c.max_seq_length
-    pc.data.max_predictions_per_seq = max(1, int(round(ratio * c.max_seq_length)))
     pc.batch_size, pc.total_steps = c.batch_size, steps
     pc.optimizer.warmup_steps = max(1, steps // 10)
     pc.eval_every, pc.checkpoint_every, pc.log_every = 0, steps, max(1, steps // 5)
     pc.mesh.shape = tuple(c.mesh_shape)
+    pc.update(overrides or {})
+    if init is not None:
+        pc.init_checkpoint = init
     return pc
 
 
-def _finetune_config(c: ml_collections.ConfigDict, init: str | None) -> ml_collections.ConfigDict:
-    fc = load_config(pathlib.Path(c.configs_dir) / "finetune" / "embedded.py")
-    fc.update(c.finetune.to_dict())
+def _per_step(c: ml_collections.ConfigDict, pc: ml_collections.ConfigDict) -> float:
+    """Nominal FLOPs of one pretraining step of `pc` (its vocabulary's size, the sweep's batch)."""
+    from bertology.data.tokenizers import for_data
+
+    return flops_per_token(pc, for_data(pc.data).vocab_size) * c.batch_size * pc.data.max_seq_length
+
+
+def plan(c: ml_collections.ConfigDict) -> list[dict[str, Any]]:
+    """Every pretraining run of the sweep, without running it: per budget and variant its steps
+    (those the budget buys at the variant's FLOPs per step; `init_steps` for the run it starts
+    from) and the FLOPs they cost."""
+    vs = variants(c)
+    reference = next(v for v in vs if v.name == c.reference)
+    budget_flops = _per_step(c, _pretrain_config(c, reference.config, 1, reference.overrides)) * c.reference_steps
+    runs = []
+    for budget in c.budgets:
+        for v in vs:
+            run = {"variant": v.name, "budget": budget, "init_steps": 0, "flops": 0.0}
+            own = budget * budget_flops
+            if v.init_from:
+                per_init = _per_step(c, _pretrain_config(c, v.init_from, 1))
+                run["init_steps"] = max(1, int(round(v.init_share * own / per_init)))
+                run["flops"] = run["init_steps"] * per_init
+                own -= v.init_share * own
+            per_step = _per_step(c, _pretrain_config(c, v.config, 1, v.overrides))
+            run["steps"] = max(1, int(round(own / per_step)))
+            run["flops"] += run["steps"] * per_step
+            runs.append(run)
+    return runs
+
+
+def _target_config(c: ml_collections.ConfigDict, target: str, family: str,
+                   init: str | None) -> ml_collections.ConfigDict:
+    if target == "classification":
+        fc = _load(c, "finetune/embedded.py")
+    else:
+        fc = _load(c, f"finetune/seq2seq.py:embedded_{family if family in SEQ2SEQ_FAMILIES else 'bart'}")
+    fc.update(c.finetune[target].to_dict())
     fc.init_checkpoint = init
     fc.mesh.shape = tuple(c.mesh_shape)
     return fc
 
 
-def _finetune(c: ml_collections.ConfigDict, init: str | None, workdir: pathlib.Path) -> dict:
+def _finetune(c: ml_collections.ConfigDict, family: str, init: str | None, workdir: pathlib.Path) -> dict[str, float]:
+    """Fine-tune on every target (skipping finished runs); the scores the table reports."""
     from bertology.train.finetune import finetune
 
-    if (workdir / "results.json").is_file():
-        return json.loads((workdir / "results.json").read_text())
-    return finetune(_finetune_config(c, init), workdir)
+    scores = {}
+    for target in c.finetune:
+        run = workdir / target
+        if (run / "results.json").is_file():
+            result = json.loads((run / "results.json").read_text())
+        else:
+            result = finetune(_target_config(c, target, family, init), run)
+        scores.update({k: result["scores"][k] for k in SCORES[target][0]})
+    return scores
+
+
+def _has_checkpoint(run: pathlib.Path) -> bool:
+    return (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir())
 
 
 def sweep(c: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> list[dict]:
-    from bertology.data.tokenizers import for_data
     from bertology.train.loop import train
 
     # Every run's config is checked before the first starts: a bad key would otherwise surface
     # only after the runs before it (minutes to hours), leaving a half-written sweep.
     validation.check_sweep(c)
-    for family in c.families:
-        validation.check(_pretrain_config(c, family, c.reference_steps))
-    validation.check(_finetune_config(c, None))
+    unknown = sorted(set(c.finetune) - set(TARGETS))
+    if not c.finetune or unknown:
+        raise UserError(f"finetune names targets {unknown or 'none'}; give it blocks among {', '.join(TARGETS)}")
+    vs = {v.name: v for v in variants(c)}
+    for v in vs.values():
+        pc = _pretrain_config(c, v.config, c.reference_steps, v.overrides)
+        validation.check(pc)
+        if v.init_from:
+            validation.check(_pretrain_config(c, v.init_from, c.reference_steps))
+        for target in c.finetune:
+            validation.check(_target_config(c, target, pc.model.family, None))
     workdir = pathlib.Path(workdir)
-    reference = _pretrain_config(c, "bert", c.reference_steps)
-    per_ref_step = flops_per_token(reference, for_data(reference.data).vocab_size)
-    per_ref_step *= c.batch_size * c.max_seq_length
-    scratch = _finetune(c, None, workdir / "finetune" / "scratch")
-    rows = [{"family": "scratch", "budget": 0.0, "steps": 0, "flops": 0.0, "score": scratch["scores"]["accuracy"]}]
-    for budget in c.budgets:
-        for family in c.families:
-            probe = _pretrain_config(c, family, 1)
-            vocab = for_data(probe.data).vocab_size
-            per_step = flops_per_token(probe, vocab) * c.batch_size * c.max_seq_length
-            steps = max(1, int(round(budget * per_ref_step * c.reference_steps / per_step)))
-            run = workdir / "pretrain" / f"{family}_x{budget:g}"
-            if not (run / "checkpoints").is_dir() or not any((run / "checkpoints").iterdir()):
-                train(_pretrain_config(c, family, steps), run)
-            result = _finetune(c, str(run), workdir / "finetune" / f"{family}_x{budget:g}")
-            rows.append({"family": family, "budget": budget, "steps": steps, "flops": steps * per_step,
-                         "score": result["scores"]["accuracy"]})
-            (workdir / "sweep.json").write_text(json.dumps(rows, indent=2))
-    write_report(rows, workdir)
+    scratch = _finetune(c, c.get("scratch", "bart"), None, workdir / "finetune" / "scratch")
+    rows = [{"variant": "scratch", "budget": 0.0, "steps": 0, "init_steps": 0, "flops": 0.0, **scratch}]
+    for run in plan(c):
+        v, tag = vs[run["variant"]], f"{run['variant']}_x{run['budget']:g}"
+        init = None
+        if v.init_from:
+            init = workdir / "pretrain" / f"{tag}_init"
+            if not _has_checkpoint(init):
+                train(_pretrain_config(c, v.init_from, run["init_steps"]), init)
+        pc = _pretrain_config(c, v.config, run["steps"], v.overrides, None if init is None else str(init))
+        if not _has_checkpoint(workdir / "pretrain" / tag):
+            train(pc, workdir / "pretrain" / tag)
+        rows.append({**run, **_finetune(c, pc.model.family, str(workdir / "pretrain" / tag),
+                                        workdir / "finetune" / tag)})
+        (workdir / "sweep.json").write_text(json.dumps(rows, indent=2))
+    write_report(rows, list(c.finetune), c.reference, workdir)
     return rows
 
 
-def write_report(rows: list[dict], workdir: pathlib.Path) -> None:
+def write_report(rows: list[dict], targets: list[str], reference: str, workdir: pathlib.Path) -> None:
+    """`table.md` (one row per run, a column per score) and `score_vs_flops.png` (a panel per target)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lines = ["| family | budget (× tiny-BERT steps) | pretraining steps | pretraining FLOPs | embedded-task accuracy |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {r['family']} | {r['budget']:g} | {r['steps']} | {r['flops']:.2e} | {r['score']:.2f} |" for r in rows]
+    keys = [k for t in targets for k in SCORES[t][0]]
+    headers = [h for t in targets for h in SCORES[t][1]]
+    lines = [f"| variant | budget (× {reference} steps) | pretraining steps | pretraining FLOPs | " + " | ".join(headers) + " |",
+             "|---" * (4 + len(keys)) + "|"]
+    for r in rows:
+        steps = f"{r['init_steps']} + {r['steps']}" if r.get("init_steps") else str(r["steps"])
+        scores = " | ".join(f"{r[k]:.2f}" for k in keys)
+        lines.append(f"| {r['variant']} | {r['budget']:g} | {steps} | {r['flops']:.2e} | {scores} |")
     (workdir / "table.md").write_text("\n".join(lines) + "\n")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    base = rows[0]["score"]
-    for family in dict.fromkeys(r["family"] for r in rows[1:]):
-        pts = sorted((r["flops"], r["score"]) for r in rows if r["family"] == family)
-        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=family)
-    ax.axhline(base, color="gray", linestyle="--", label="from scratch")
-    ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
-    ax.set_xlim(0, 1.1 * max(r["flops"] for r in rows))
-    ax.set_xlabel("pretraining FLOPs")
-    ax.set_ylabel("embedded-task accuracy (%)")
-    ax.legend()
+    fig, axes = plt.subplots(1, len(targets), figsize=(6 * len(targets), 4), squeeze=False)
+    for ax, target in zip(axes[0], targets):
+        key, label = SCORES[target][0][-1], SCORES[target][1][-1]  # accuracy; ROUGE-L
+        for variant in dict.fromkeys(r["variant"] for r in rows[1:]):
+            pts = sorted((r["flops"], r[key]) for r in rows if r["variant"] == variant)
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=variant)
+        ax.axhline(rows[0][key], color="gray", linestyle="--", label="from scratch")
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+        ax.set_xlim(0, 1.1 * max(r["flops"] for r in rows))
+        ax.set_xlabel("pretraining FLOPs")
+        ax.set_ylabel(f"{label} (%)")
+        ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(workdir / "score_vs_flops.png", dpi=120)
 

@@ -1,0 +1,102 @@
+"""The sweep's variants: step counts at equal FLOPs from the FLOP counter, and a seq2seq-scored
+sweep end to end whose table holds the fine-tuning runs' ROUGE."""
+
+import json
+import pathlib
+import re
+
+import ml_collections
+import pytest
+
+from bertology import models, sweep
+from bertology.data.noising import random_spans_lengths
+from bertology.errors import UserError
+from bertology.models import flops
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+T5_VOCAB = 8000 + 100  # the shipped unigram plus T5's 100 sentinels
+
+
+def config(**kw) -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict(dict(
+        configs_dir=str(REPO / "configs"), families=("t5",), reference="t5", budgets=(0.5, 1.0),
+        reference_steps=100, batch_size=8, max_seq_length=64, mesh_shape=(-1, 1), scratch="t5",
+        variants=(dict(name="deshuffle", config="t5.py:tiny",
+                       overrides=dict(data=dict(noise=dict(kind="deshuffle"), max_target_length=64))),),
+        finetune=dict(seq2seq=dict(total_steps=2, batch_size=8, eval_examples=8, eval_batch_size=8,
+                                   data=dict(max_seq_length=32, max_target_length=12),
+                                   generation=dict(max_new_tokens=6)))))
+    c.update(kw)
+    return c
+
+
+def t5_step_flops(source: int, target: int, batch: int) -> float:
+    """One training step of tiny T5 (L2/H128, 2 heads of 64, ReLU 512) by the encoder-decoder count."""
+    cfg = models.TransformerConfig(vocab_size=T5_VOCAB, hidden_size=128, num_layers=2, num_heads=2, head_size=64,
+                                   intermediate_size=512, activation="relu")
+    return flops.encoder_decoder(cfg, source, target) * batch * source
+
+
+def test_two_variants_of_one_family_get_the_steps_their_flops_buy():
+    """T5's span corruption (decoder rows of 14 at 64 tokens) against deshuffling (rows of 64):
+    the reference buys exactly budget x reference_steps, deshuffling the steps its dearer
+    decoder allows for the same FLOPs."""
+    span_target = random_spans_lengths(64, 0.15, 3.0)[1]
+    assert span_target == round(29 / 128 * 64) == 14  # at 64 the sweep's scaled 128 -> 29 is the exact length
+    span, shuffle = t5_step_flops(64, span_target, 8), t5_step_flops(64, 64, 8)
+    assert shuffle > 2 * span  # the output layer over 8,100 tokens at every target position dominates
+    runs = {(r["variant"], r["budget"]): r for r in sweep.plan(config())}
+    for budget in (0.5, 1.0):
+        assert runs["t5", budget]["steps"] == 100 * budget
+        assert runs["t5", budget]["flops"] == pytest.approx(100 * budget * span)
+        expected = round(100 * budget * span / shuffle)
+        assert runs["deshuffle", budget]["steps"] == expected
+        assert runs["deshuffle", budget]["flops"] == pytest.approx(expected * shuffle)
+        assert abs(runs["deshuffle", budget]["flops"] - runs["t5", budget]["flops"]) <= shuffle / 2
+
+
+def test_a_variant_started_from_another_run_splits_its_budget():
+    """bert2bert: init_share of the budget buys tiny-BERT steps, the rest its own; the total
+    stays the budget within a step of each."""
+    c = config(budgets=(1.0,), variants=(dict(name="b2b", config="bert2bert.py:tiny", init_from="bert.py:tiny",
+                                              init_share=0.25),))
+    runs = {r["variant"]: r for r in sweep.plan(c)}
+    budget = runs["t5"]["flops"]
+    bert = sweep._per_step(c, sweep._pretrain_config(c, "bert.py:tiny", 1))
+    own = sweep._per_step(c, sweep._pretrain_config(c, "bert2bert.py:tiny", 1))
+    assert runs["b2b"]["init_steps"] == round(0.25 * budget / bert)
+    assert runs["b2b"]["steps"] == round(0.75 * budget / own)
+    assert runs["b2b"]["flops"] == pytest.approx(budget, abs=(bert + own) / 2)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(reference="gpt9"), "reference='gpt9'"),
+    (dict(variants=(dict(name="t5", config="t5.py:tiny"),)), "repeat"),
+    (dict(variants=(dict(name="x", config="t5.py:tiny", overide={}),)), "must have"),
+])
+def test_bad_variants_are_refused(change, message):
+    with pytest.raises(UserError, match=message):
+        sweep.plan(config(**change))
+
+
+def test_seq2seq_sweep_end_to_end(tmp_path):
+    """Two tiny T5 variants pretrained and fine-tuned; the table's ROUGE columns are the
+    fine-tuning runs' own results, and the steps are the plan's."""
+    c = config(budgets=(1.0,), reference_steps=2)
+    rows = sweep.sweep(c, tmp_path)
+    assert [r["variant"] for r in rows] == ["scratch", "t5", "deshuffle"]
+    table = (tmp_path / "table.md").read_text().splitlines()
+    assert table[0].split("|")[-4:-1] == [" ROUGE-1 ", " ROUGE-2 ", " ROUGE-L "]
+    planned = {r["variant"]: r["steps"] for r in sweep.plan(c)}
+    for row, line in zip(rows, table[2:], strict=True):
+        tag = "scratch" if row["variant"] == "scratch" else f"{row['variant']}_x1"
+        result = json.loads((tmp_path / "finetune" / tag / "seq2seq" / "results.json").read_text())["scores"]
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        assert cells[0] == row["variant"]
+        assert cells[2] == str(planned.get(row["variant"], 0))
+        assert [float(x) for x in cells[4:]] == [round(result[k], 2) for k in ("rouge1", "rouge2", "rougeL")]
+        assert all(re.fullmatch(r"\d+\.\d\d", x) for x in cells[4:])
+    for name in ("t5_x1", "deshuffle_x1"):
+        saved = json.loads((tmp_path / "pretrain" / name / "config.json").read_text())
+        assert saved["total_steps"] == planned[name[:-3]]
+    assert (tmp_path / "score_vs_flops.png").stat().st_size > 0
