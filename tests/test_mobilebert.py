@@ -338,3 +338,25 @@ def test_hf_mobilebert_task_models_match_our_task_model_with_padding(kind, varia
         reference = getattr(want, theirs).numpy()
         assert np.ptp(reference, axis=0).max() > 1e-3  # rows differ by 10x the tolerance: a constant output fails
         np.testing.assert_allclose(np.asarray(got[ours]), reference, atol=1e-4, rtol=0, err_msg=ours)
+
+
+def test_mobilebert_finetunes_from_its_pretraining_run(tmp_path):
+    """A tiny MobileBERT run (MLM + NSP, the BERT objective its outputs share, so no teacher is
+    needed) fine-tuned on the SST-2 fixture from its init_checkpoint: the task model is built with
+    the family's trunk, takes every trunk tensor and adds none, and the loss falls."""
+    from flax.traverse_util import flatten_dict
+
+    from bertology.models import mobilebert
+    from bertology.train.finetune import default_config, finetune
+
+    train(_config(mobilebert_config, "tiny", total_steps=2, objective={"name": "bert"}), tmp_path / "pre")
+    c = default_config("sst2")
+    c.update(init_checkpoint=str(tmp_path / "pre"), total_steps=30, batch_size=8, eval_batch_size=8, log_every=1)
+    c.data.update(dir=str(REPO / "tests" / "fixtures" / "glue" / "SST-2"), max_seq_length=32)
+    c.optimizer.learning_rate = 3e-3
+    c.mesh.shape = (1, 1)
+    result = finetune(c, tmp_path / "ft")
+    loss = np.array(result["train_loss"])
+    assert loss[-5:].mean() < loss[:5].mean() - 0.2, loss
+    pretrained = flatten_dict(mobilebert.trunk(load_params(tmp_path / "pre")[0]))
+    assert set(flatten_dict(result["params"]["encoder"])) == set(pretrained)
