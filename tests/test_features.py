@@ -47,3 +47,57 @@ def test_cli(pretrained, tmp_path):  # noqa: F811
     r = run(f"--checkpoint={pretrained}", "--input=/nonexistent.txt")
     assert r.returncode == 2
     assert r.stderr.strip() == "bertology.features: error: input file not found: /nonexistent.txt; give a text file with one sentence per line"
+
+
+@pytest.mark.parametrize("family", ["bert", "mobilebert", "xlnet"])
+def test_features_are_the_fine_tuning_trunks_layers(family, tmp_path):
+    """A tiny random run of each family: every layer `extract` gives is the layer of the trunk the
+    task model builds (the family's `task_trunk` for MobileBERT and XLNet, the shared Encoder for
+    BERT), read from the TaskModel itself, zero at padding."""
+    import importlib.util
+
+    import flax.linen as nn
+    import jax
+
+    from bertology import models
+    from bertology.data.tokenizers import for_data
+    from bertology.models.tasks import TaskModel
+    from bertology.train.checkpoint import load_params
+    from test_generation import write_run
+
+    spec = importlib.util.spec_from_file_location(family, REPO / "configs" / f"{family}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config("tiny")
+    config.model.vocab_size = for_data(config.data).vocab_size
+    texts = ["the cat sat on the mat .", "a much longer sentence about modules and their functions ."]
+    out = extract(write_run(tmp_path / "run", config, _random_params(config)), texts, layers=(0,), max_seq_length=16)
+    batch = {k: out[k] for k in ("input_ids", "input_mask")}
+    batch["segment_ids"] = np.zeros_like(batch["input_ids"])
+    params, run = load_params(tmp_path / "run")
+    cfg, trunk = models.pretrained_encoder(params, run["model"])
+    task = TaskModel(cfg, "token", 2, "full", family)
+    fresh = nn.meta.unbox(task.init(jax.random.key(1), batch)["params"])
+    _, state = task.apply({"params": {**fresh, "encoder": {**fresh["encoder"], **trunk}}}, batch,
+                          capture_intermediates=lambda m, _: m.name == "encoder", mutable=["intermediates"])
+    want = state["intermediates"]["encoder"]["__call__"][0]["layers"]
+    mask = batch["input_mask"][..., None]
+    np.testing.assert_allclose(out["tokens"], np.asarray(want[0]) * mask, atol=1e-5, rtol=0)
+    for i in range(1, len(want)):
+        got = extract(tmp_path / "run", texts, layers=(i,), max_seq_length=16)["tokens"]
+        np.testing.assert_allclose(got, np.asarray(want[i]) * mask, atol=1e-5, rtol=0, err_msg=f"layer {i}")
+    assert np.abs(out["tokens"][0] - out["tokens"][1]).max() > 1e-2
+
+
+def _random_params(config) -> dict:
+    """A pretraining model's random parameters, initialised on inputs every family here reads."""
+    import flax.linen as nn
+    import jax
+
+    from bertology import models
+
+    model = models.build(config.model)
+    n = config.data.max_seq_length
+    batch = {k: np.zeros((1, n), np.int32) for k in ("input_ids", "segment_ids", "input_mask", "masked_positions")}
+    batch.update(perm_mask=np.zeros((1, n, n), np.float32), target_mapping=np.zeros((1, 1, n), np.float32))  # XLNet's
+    return nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])

@@ -289,3 +289,74 @@ def test_base_preset_is_the_papers_mobilebert():
     ours = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes["encoder"]))
     hf = transformers.MobileBertModel(transformers.MobileBertConfig())
     assert ours == sum(p.numel() for p in hf.parameters())  # 24.6M, the paper's "25.3M" class
+
+
+# ---- fine-tuning trunk (`mobilebert.task_trunk`) ----
+
+HEADS = {  # our task kind -> (HF class, its output layer, our outputs, HF outputs)
+    "classification": ("MobileBertForSequenceClassification", "classifier", ("logits",), ("logits",)),
+    "qa": ("MobileBertForQuestionAnswering", "qa_outputs", ("start_logits", "end_logits"),
+           ("start_logits", "end_logits")),
+    "token": ("MobileBertForTokenClassification", "classifier", ("logits",), ("logits",)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HEADS))
+@pytest.mark.parametrize("variant", ["paper", "layer_norm"])
+def test_hf_mobilebert_task_models_match_our_task_model_with_padding(kind, variant, tmp_path):
+    """HF's fine-tuning models on random weights, imported (trunk through import_hf and the
+    family's `trunk`, the output layer as our `head`) into our TaskModel: classification reads
+    the pooler (dense + tanh, or the first token as is without classifier_activation), QA and
+    tagging every position of the sequence, padded rows included."""
+    from bertology.models.tasks import TaskModel
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    hf_class, layer, ours_out, hf_out = HEADS[kind]
+    labels = 2 if kind == "qa" else 3
+    torch.manual_seed(1)
+    hf = getattr(transformers, hf_class)(transformers.MobileBertConfig(**{**SMALL, **VARIANTS[variant]},
+                                                                       num_labels=labels)).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.2)
+    hf.save_pretrained(tmp_path / "hf")
+    report = import_hf(tmp_path / "hf", tmp_path / "run")
+    assert report.family == "mobilebert" and all(not name.startswith("encoder") for name in report.fresh)
+    params, run = load_params(tmp_path / "run")
+    cfg, trunk = models.pretrained_encoder(params, run["model"])
+    state = hf.state_dict()
+    head = {"kernel": state[f"{layer}.weight"].numpy().T, "bias": state[f"{layer}.bias"].numpy()}
+    model = TaskModel(cfg, kind, labels, "full", run["model"]["family"])
+    batch = {k: v for k, v in _hf_batch(3).items() if k != "masked_positions"}
+    got = model.apply({"params": {"encoder": trunk, "head": head}}, batch)
+    with torch.no_grad():
+        want = hf(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+                  attention_mask=torch.tensor(batch["input_mask"]),
+                  token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long))
+    for ours, theirs in zip(ours_out, hf_out):
+        reference = getattr(want, theirs).numpy()
+        assert np.ptp(reference, axis=0).max() > 1e-3  # rows differ by 10x the tolerance: a constant output fails
+        np.testing.assert_allclose(np.asarray(got[ours]), reference, atol=1e-4, rtol=0, err_msg=ours)
+
+
+def test_mobilebert_finetunes_from_its_pretraining_run(tmp_path):
+    """A tiny MobileBERT run (MLM + NSP, the BERT objective its outputs share, so no teacher is
+    needed) fine-tuned on the SST-2 fixture from its init_checkpoint: the task model is built with
+    the family's trunk, takes every trunk tensor and adds none, and the loss falls."""
+    from flax.traverse_util import flatten_dict
+
+    from bertology.models import mobilebert
+    from bertology.train.finetune import default_config, finetune
+
+    train(_config(mobilebert_config, "tiny", total_steps=2, objective={"name": "bert"}), tmp_path / "pre")
+    c = default_config("sst2")
+    c.update(init_checkpoint=str(tmp_path / "pre"), total_steps=30, batch_size=8, eval_batch_size=8, log_every=1)
+    c.data.update(dir=str(REPO / "tests" / "fixtures" / "glue" / "SST-2"), max_seq_length=32)
+    c.optimizer.learning_rate = 3e-3
+    c.mesh.shape = (1, 1)
+    result = finetune(c, tmp_path / "ft")
+    loss = np.array(result["train_loss"])
+    assert loss[-5:].mean() < loss[:5].mean() - 0.2, loss
+    pretrained = flatten_dict(mobilebert.trunk(load_params(tmp_path / "pre")[0]))
+    assert set(flatten_dict(result["params"]["encoder"])) == set(pretrained)

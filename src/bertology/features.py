@@ -7,10 +7,14 @@
 output, -1 the last layer; several are averaged) and a sentence vector: the mean over its real
 tokens, [CLS] and [SEP] included. Mean pooling is used rather than [CLS] because a pretrained
 [CLS] only ever learned NSP/SOP (or nothing, for RoBERTa/ELECTRA) and is a poor sentence summary
-without fine-tuning. An ELMo checkpoint gives its biLM's layers (0: the char CNN's [x; x], then
-each LSTM layer's [forward; backward]) over the words of each sentence, read between `<S>` and
-`</S>` (`models/elmo.task_inputs` says how task text becomes words). The CLI takes one sentence per line and writes an .npz with `sentence`
-[n, H], `tokens` [n, max_seq_length, H] (zero at padding), `input_ids` and `input_mask`.
+without fine-tuning. The layers are those of the trunk fine-tuning builds (`models/tasks.py`):
+the family's `task_trunk` where it has one (XLNet's content stream, MobileBERT's bottleneck stack,
+ELMo's biLM), else the shared Encoder. An ELMo checkpoint gives its biLM's layers (0: the char
+CNN's [x; x], then each LSTM layer's [forward; backward]) over the words of each sentence, read
+between `<S>` and `</S>` (`models/elmo.task_inputs` says how task text becomes words). Inputs
+take BERT's layout, [CLS] first and padding on the right, whatever the family. The CLI takes one
+sentence per line and writes an .npz with `sentence` [n, H], `tokens` [n, max_seq_length, H]
+(zero at padding), `input_ids` and `input_mask`.
 """
 
 from __future__ import annotations
@@ -34,14 +38,16 @@ def extract(
     batch_size: int = 32,
 ) -> dict[str, np.ndarray]:
     """{'tokens', 'sentence', 'input_ids', 'input_mask'} for `texts` under the checkpoint's encoder."""
+    import flax.linen as nn
     import jax
 
     from bertology import models
     from bertology.data.tokenizers import for_data
-    from bertology.models.transformer import Encoder, TransformerConfig
     from bertology.models.tasks import masked_mean
+    from bertology.models.transformer import Encoder, TransformerConfig
     from bertology.tasks.encode import encode_pair, stack
     from bertology.train.checkpoint import load_params
+    from bertology.train.finetune import merge_pretrained
 
     if not texts:
         raise UserError("no input sentences; give at least one non-empty line")
@@ -50,31 +56,33 @@ def extract(
     params, config = load_params(checkpoint)
     cfg, encoder_params = models.pretrained_encoder(params, config["model"])
     family = models.family(config["model"]["family"])
-    transformer = isinstance(cfg, TransformerConfig)
-    if transformer and max_seq_length > cfg.max_position_embeddings - cfg.position_offset:
+    if (isinstance(cfg, TransformerConfig) and cfg.positions == "absolute"
+            and max_seq_length > cfg.max_position_embeddings - cfg.position_offset):
         raise UserError(f"max_seq_length={max_seq_length} exceeds the encoder's "
                         f"{cfg.max_position_embeddings - cfg.position_offset} positions; lower it")
-    depth = cfg.num_layers if transformer else cfg.n_layers
-    n_layers = depth + 1
-    if any(not -n_layers <= i < n_layers for i in layers):
-        raise UserError(f"layers {list(layers)} out of range for {depth} layers; use 0..{depth} or negative")
     tokenizer = for_data(config["data"])
-
-    def all_layers(batch: dict[str, Any]) -> list[jax.Array]:
-        if transformer:
-            return Encoder(cfg).apply({"params": encoder_params}, batch)["layers"]
-        return family.Model(cfg).apply({"params": encoder_params}, batch, method="representations")
+    arrays = stack([encode_pair(tokenizer, t, "", max_seq_length) for t in texts])
+    task_inputs = getattr(family, "task_inputs", None)
+    if task_inputs is not None:  # ELMo reads each word's characters
+        arrays = task_inputs(cfg, tokenizer, arrays, "features")
+    # the trunk fine-tuning builds (`models.tasks.TaskModel`): the family's `task_trunk`, else the shared Encoder
+    build = getattr(family, "task_trunk", None)
+    trunk = Encoder(cfg) if build is None else build(cfg, "encoder")
+    first = {k: v[:1] for k, v in arrays.items()}
+    # what only fine-tuning trains (XLNet's summary) keeps an initialisation no layer reads
+    fresh = nn.meta.unbox(jax.jit(trunk.init)(jax.random.key(0), first)["params"])
+    variables = {"params": merge_pretrained(fresh, encoder_params, str(checkpoint))}
+    n_layers = len(jax.eval_shape(lambda: trunk.apply(variables, first))["layers"])
+    if any(not -n_layers <= i < n_layers for i in layers):
+        raise UserError(f"layers {list(layers)} out of range for {n_layers - 1} layers; use 0..{n_layers - 1} or negative")
 
     @jax.jit
     def run(batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
-        out = all_layers(batch)
+        out = trunk.apply(variables, batch)["layers"]
         tokens = sum(out[i] for i in layers) / len(layers)
         tokens = tokens * batch["input_mask"][..., None]
         return tokens, masked_mean(tokens, batch["input_mask"])
 
-    arrays = stack([encode_pair(tokenizer, t, "", max_seq_length) for t in texts])
-    if not transformer:
-        arrays = family.task_inputs(cfg, tokenizer, arrays, "features")
     tokens, sentence = [], []
     for start in range(0, len(texts), batch_size):
         t, s = run({k: v[start:start + batch_size] for k, v in arrays.items()})

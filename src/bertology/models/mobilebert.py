@@ -25,8 +25,11 @@ The stack is MobileBERT's own (its blocks have three widths); it reuses the core
 helpers, dropout, heads projections and `Mask`. Attention is written out (softmax, then dropout)
 and, with the `intermediates` collection mutable, sows its pre-softmax scores as the core's
 `Attention` does, so distillation reads both networks alike (`objectives/mobilebert.py`).
-Fine-tuning heads (`models/tasks.py`) build the core `Encoder`, not this stack: a MobileBERT trunk
-is not fine-tunable there yet.
+Fine-tuning and features (`task_trunk`) run this stack's `Encoder`: its `pooled` is HF's
+`MobileBertPooler` (dense + tanh on the first token, or the token itself without
+`classifier_activation`), what `MobileBertForSequenceClassification` classifies; `sequence` is what
+QA and tagging read. Its config (`config`) is a `TransformerConfig` that carries the `Bottleneck`,
+so the trunk is built from the run's `model` block alone.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from bertology.errors import UserError
-from bertology.models import encoder_config, flops
+from bertology.models import encoder_config, flops, transformer_config
 from bertology.models.heads import ClassifierHead, add_vocab_bias
 from bertology.models.transformer import (Dropout, HeadsDense, Mask, TransformerConfig, dense, gather_positions,
                                           init, inputs, layer_norm, ones, with_first, zeros)
@@ -305,8 +308,18 @@ class Model(nn.Module):
         return {"mlm_logits": self.mlm(out["sequence"], table), "nsp_logits": self.nsp(out["pooled"])}
 
 
-def build(model_config: ml_collections.ConfigDict | dict) -> Model:
-    cfg = encoder_config(model_config)
+@dataclasses.dataclass(frozen=True)
+class Config(TransformerConfig):
+    """The trunk's config (`config`): the core settings and the `Bottleneck`. Fine-tuning and
+    features get a family's trunk config from the `model` block alone (`models.encoder_config`),
+    and MobileBERT's stack cannot be rebuilt without its block widths."""
+
+    bottleneck: Bottleneck = Bottleneck()
+
+
+def config(model_config: ml_collections.ConfigDict | dict) -> Config:
+    """The `model` block's config, checked: core settings the stack does not read must keep their defaults."""
+    cfg = transformer_config(model_config, EXTRA_KEYS)
     for key, want in UNSUPPORTED.items():
         if getattr(cfg, key) != want:
             raise UserError(f"model.{key}={getattr(cfg, key)!r} is not read by MobileBERT's stack; "
@@ -314,7 +327,21 @@ def build(model_config: ml_collections.ConfigDict | dict) -> Model:
     if cfg.embed_dim > cfg.hidden_size:
         raise UserError(f"model.embedding_size={cfg.embed_dim} exceeds hidden_size={cfg.hidden_size}; MobileBERT's "
                         "output layer needs embedding_size <= hidden_size")
-    return Model(cfg, settings(model_config))
+    core = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TransformerConfig)}
+    return Config(**core, bottleneck=settings(model_config))
+
+
+def build(model_config: ml_collections.ConfigDict | dict) -> Model:
+    cfg = config(model_config)
+    return Model(cfg, cfg.bottleneck)
+
+
+def task_trunk(cfg: Config, name: str) -> Encoder:
+    """The fine-tuning trunk of the family contract (`bertology.models`): the pretraining stack's
+    `Encoder` (parameters `trunk(params)`, nothing new), pooled by its own pooler."""
+    if cfg.adapter_size is not None:
+        raise UserError("MobileBERT's stack has no adapters; fine-tune it with mode=full or mode=features")
+    return Encoder(cfg, cfg.bottleneck, name=name)
 
 
 def trunk(params: dict) -> dict:
