@@ -179,6 +179,12 @@ def test_distillation_learns_keeps_the_teacher_frozen_and_out_of_checkpoints(tea
     config.model.vocab_size = teacher.model.cfg.vocab_size
     config.data.vocab = teacher.config["data"]["vocab"]
     batch = {k: np.tile(v, (3, 1))[:8] for k, v in _batch().items()}  # 8 rows of L tokens
+    assert_teacher_frozen_while_the_student_trains(config, batch, teacher, teacher_params, tmp_path / "frozen", 3)
+
+
+def assert_teacher_frozen_while_the_student_trains(config, batch, teacher, expected, workdir, steps):
+    """`steps` training steps on `batch` with `teacher` in the run: the student's parameters move,
+    the teacher as placed on the mesh stays bit-identical to `expected` (dtype included)."""
 
     class Rows:
         def __next__(self):
@@ -190,16 +196,16 @@ def test_distillation_learns_keeps_the_teacher_frozen_and_out_of_checkpoints(tea
         def set_state(self, state):
             pass
 
-    with run_lib.setup(config, tmp_path / "frozen", model=models.build(config.model),
+    with run_lib.setup(config, workdir, model=models.build(config.model),
                        objective=objectives.get(config.objective), example={k: v[:1] for k, v in batch.items()},
                        optimizer=lambda _: optimizer_lib.make(config.optimizer, config.total_steps),
                        teacher=teacher) as run:
         before = jax.tree.map(np.array, run.state["params"])
-        run.fit(Rows(), 3)
+        run.fit(Rows(), steps)
         after_teacher = jax.tree.map(np.asarray, run.teacher_params)
         changed = jax.tree.leaves(jax.tree.map(lambda a, b: not np.array_equal(a, b), before, run.state["params"]))
     assert any(changed), "the student trains"
-    same = jax.tree.map(lambda a, b: a.dtype == b.dtype and np.array_equal(a, b), teacher_params, after_teacher)
+    same = jax.tree.map(lambda a, b: a.dtype == b.dtype and np.array_equal(a, b), expected, after_teacher)
     assert jax.tree.all(same)
 
 

@@ -21,12 +21,12 @@ from bertology.data.embedded import embedded_corpus_path  # noqa: E402
 from bertology.data.tokenizers import load_tokenizer  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
 from bertology.tasks.encode import encode_pair, stack  # noqa: E402
-from bertology.train import optimizer as optimizer_lib  # noqa: E402
 from bertology.train import run as run_lib  # noqa: E402
 from bertology.train import teacher as teacher_lib  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
 from bertology.train.loop import train  # noqa: E402
 from bertology.train.teacher import WithTeacher  # noqa: E402
+from test_distil import assert_teacher_frozen_while_the_student_trains  # noqa: E402
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.",
          "Return the number of items in the container, or raise TypeError.",
@@ -125,28 +125,7 @@ def test_teacher_stays_bit_identical_through_training_steps(config, tmp_path):
     tokenizer = load_tokenizer(config.data.vocab)
     batch = {**stack([encode_pair(tokenizer, t, "", 16) for t in TEXTS * 2]),
              "masked_positions": np.zeros((8, 1), np.int32)}  # what the student's (unused) MLM head reads at init
-
-    class Rows:
-        def __next__(self):
-            return batch
-
-        def get_state(self):
-            return {}
-
-        def set_state(self, state):
-            pass
-
-    with run_lib.setup(config, tmp_path / "frozen", model=models.build(config.model),
-                       objective=objectives.get(config.objective), example={k: v[:1] for k, v in batch.items()},
-                       optimizer=lambda _: optimizer_lib.make(config.optimizer, config.total_steps),
-                       teacher=teacher) as run:
-        before = jax.tree.map(np.array, run.state["params"])
-        run.fit(Rows(), 2)
-        after_teacher = jax.tree.map(np.asarray, run.teacher_params)
-        changed = jax.tree.leaves(jax.tree.map(lambda a, b: not np.array_equal(a, b), before, run.state["params"]))
-    assert any(changed), "the student trains"
-    same = jax.tree.map(lambda a, b: a.dtype == b.dtype and np.array_equal(a, b), teacher.params, after_teacher)
-    assert jax.tree.all(same)
+    assert_teacher_frozen_while_the_student_trains(config, batch, teacher, teacher.params, tmp_path / "frozen", 2)
 
 
 def test_short_distillation_raises_the_held_out_cosine(config, tmp_path):
