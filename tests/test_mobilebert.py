@@ -120,6 +120,7 @@ from bertology.train.teacher import WithTeacher  # noqa: E402
 
 import bert as bert_config  # noqa: E402
 import mobilebert as mobilebert_config  # noqa: E402
+from test_tinybert import _config  # noqa: E402
 
 P = 4  # prediction slots
 
@@ -241,19 +242,8 @@ RUN = {"data.max_seq_length": 32, "data.max_predictions_per_seq": 5, "batch_size
        "log_every": 5, "eval_every": 0, "checkpoint_every": 1000}
 
 
-def _config(module, arg, **overrides):
-    c = module.get_config(arg)
-    for key, value in {**RUN, **overrides}.items():
-        node = c
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
-    return c
-
-
 def test_tiny_progressive_transfer_then_distillation_learns_with_the_teacher_frozen(tmp_path):
-    train(_config(bert_config, "tiny", total_steps=20), tmp_path / "teacher")
+    train(_config(bert_config, "tiny", RUN, total_steps=20), tmp_path / "teacher")
     teacher_before, _ = load_params(tmp_path / "teacher")
     common = dict(teacher_checkpoint=str(tmp_path / "teacher"))
     histories, previous = {}, None
@@ -263,7 +253,7 @@ def test_tiny_progressive_transfer_then_distillation_learns_with_the_teacher_fro
         if previous:
             overrides["init_checkpoint"] = str(previous)
         previous = tmp_path / f"stage{stage or 'distill'}"
-        history = train(_config(mobilebert_config, arg, **overrides), previous)["history"]
+        history = train(_config(mobilebert_config, arg, RUN, **overrides), previous)["history"]
         histories[stage] = [row["loss"] for row in history]
     for stage, fall in (("0", 0.7), ("1", 0.9), ("", 0.95)):  # transfer halves stage 0's loss; MLM is slower
         loss = histories[stage]
@@ -349,7 +339,7 @@ def test_mobilebert_finetunes_from_its_pretraining_run(tmp_path):
     from bertology.models import mobilebert
     from bertology.train.finetune import default_config, finetune
 
-    train(_config(mobilebert_config, "tiny", total_steps=2, objective={"name": "bert"}), tmp_path / "pre")
+    train(_config(mobilebert_config, "tiny", RUN, total_steps=2, objective={"name": "bert"}), tmp_path / "pre")
     c = default_config("sst2")
     c.update(init_checkpoint=str(tmp_path / "pre"), total_steps=30, batch_size=8, eval_batch_size=8, log_every=1)
     c.data.update(dir=str(REPO / "tests" / "fixtures" / "glue" / "SST-2"), max_seq_length=32)

@@ -127,9 +127,10 @@ RUN = {"data.max_seq_length": 32, "data.max_predictions_per_seq": 5, "batch_size
        "log_every": 5, "eval_every": 0, "checkpoint_every": 1000, "optimizer.warmup_steps": 5}
 
 
-def _config(module, preset, **overrides):
+def _config(module, preset, run=RUN, **overrides):
+    """`module.get_config(preset)` with the short run's settings `run`, then `overrides` (dotted keys)."""
     c = module.get_config(preset)
-    for key, value in {**RUN, **overrides}.items():
+    for key, value in {**run, **overrides}.items():
         node = c
         *parents, leaf = key.split(".")
         for p in parents:

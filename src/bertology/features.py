@@ -43,8 +43,8 @@ def extract(
 
     from bertology import models
     from bertology.data.tokenizers import for_data
-    from bertology.models.tasks import masked_mean
-    from bertology.models.transformer import Encoder, TransformerConfig
+    from bertology.models import tasks
+    from bertology.models.transformer import TransformerConfig
     from bertology.tasks.encode import encode_pair, stack
     from bertology.train.checkpoint import load_params
     from bertology.train.finetune import merge_pretrained
@@ -65,9 +65,7 @@ def extract(
     task_inputs = getattr(family, "task_inputs", None)
     if task_inputs is not None:  # ELMo reads each word's characters
         arrays = task_inputs(cfg, tokenizer, arrays, "features")
-    # the trunk fine-tuning builds (`models.tasks.TaskModel`): the family's `task_trunk`, else the shared Encoder
-    build = getattr(family, "task_trunk", None)
-    trunk = Encoder(cfg) if build is None else build(cfg, "encoder")
+    trunk = tasks.trunk(cfg, config["model"]["family"])  # the network fine-tuning puts under its heads
     first = {k: v[:1] for k, v in arrays.items()}
     # what only fine-tuning trains (XLNet's summary) keeps an initialisation no layer reads
     fresh = nn.meta.unbox(jax.jit(trunk.init)(jax.random.key(0), first)["params"])
@@ -81,7 +79,7 @@ def extract(
         out = trunk.apply(variables, batch)["layers"]
         tokens = sum(out[i] for i in layers) / len(layers)
         tokens = tokens * batch["input_mask"][..., None]
-        return tokens, masked_mean(tokens, batch["input_mask"])
+        return tokens, tasks.masked_mean(tokens, batch["input_mask"])
 
     tokens, sentence = [], []
     for start in range(0, len(texts), batch_size):

@@ -50,6 +50,13 @@ def masked_mean(x: Array, mask: Array) -> Array:
     return jnp.sum(x * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
 
 
+def trunk(cfg: Any, family: str | None, name: str = "encoder") -> nn.Module:
+    """The network under the heads (and what `bertology.features` reads): the family's own
+    `task_trunk` where it defines one, else the shared Encoder."""
+    build = getattr(models.family(family), "task_trunk", None) if family else None
+    return Encoder(cfg, name=name) if build is None else build(cfg, name)
+
+
 class TaskModel(nn.Module):
     """Encoder (params under `encoder`, loadable from pretraining) + one head (under `head`).
 
@@ -74,9 +81,7 @@ class TaskModel(nn.Module):
         if choices:  # [batch, choices, length, ...] -> [batch·choices, length, ...]
             inputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in inputs.items()}
         mask = inputs["input_mask"]
-        build = getattr(models.family(self.family), "task_trunk", None) if self.family else None
-        trunk = Encoder(self.cfg, name="encoder") if build is None else build(self.cfg, "encoder")
-        out = trunk(inputs, deterministic=deterministic or frozen)
+        out = trunk(self.cfg, self.family)(inputs, deterministic=deterministic or frozen)
         if frozen:
             sequence = ScalarMix(name="mix")([jax.lax.stop_gradient(x) for x in out["layers"]])
             pooled = masked_mean(sequence, mask)
