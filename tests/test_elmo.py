@@ -292,3 +292,31 @@ def test_elmo_features_are_the_bilm_layers(elmo_run):
     np.testing.assert_allclose(mixed["tokens"][0, :5], (layers[1][0] + layers[2][0]) / 2, atol=1e-5)
     mask = out["input_mask"][1].astype(bool)
     np.testing.assert_allclose(mixed["sentence"][1], mixed["tokens"][1][mask].mean(0), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind, labels", [("token", 5), ("qa", 2), ("classification", 3)])
+def test_elmo_features_feed_every_head_and_only_the_mix_and_head_learn(kind, labels):
+    """The frozen biLM under each head: outputs per position (tagging, QA start/end) or per row, and
+    a loss through them sends gradient to the scalar mix and the head, none into the biLM."""
+    from bertology.models.tasks import TaskModel
+
+    rng = np.random.default_rng(0)
+    mask = (np.arange(6)[None] < np.array([[6], [4]])).astype(np.int32)
+    batch = {"input_ids": rng.integers(1, TINY.vocab_size, (2, 6)).astype(np.int32), "input_mask": mask,
+             "char_ids": rng.integers(1, 262, (2, 6, TINY.max_characters_per_token)).astype(np.int32)}
+    model = TaskModel(TINY, kind, labels, mode="features", family="elmo")
+    params = model.init(jax.random.key(0), batch)["params"]
+    out = model.apply({"params": params}, batch)
+    if kind == "qa":
+        assert out["start_logits"].shape == out["end_logits"].shape == (2, 6)
+    else:
+        assert out["logits"].shape == ((2, 6, labels) if kind == "token" else (2, labels))
+
+    def loss(p):
+        o = model.apply({"params": p}, batch)
+        return sum(jnp.sum(jnp.sin(v)) for v in o.values())
+
+    grads = jax.grad(loss)(params)
+    assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grads["encoder"]))
+    for part in ("mix", "head"):
+        assert any(float(jnp.abs(g).max()) > 0.0 for g in jax.tree.leaves(grads[part]))
