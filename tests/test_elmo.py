@@ -18,6 +18,7 @@ import pytest
 from bertology import pretrain
 from bertology.data import transforms, words
 from bertology.data.tokenizers import load_tokenizer
+from bertology.errors import UserError
 from bertology.models import elmo
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
@@ -269,6 +270,18 @@ def test_classification_from_elmo_features_learns_and_leaves_the_bilm_frozen(tmp
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(result["params"]["encoder"]), elmo.trunk(saved))
     assert not np.allclose(np.asarray(result["params"]["mix"]["weights"]), 0.0)  # the scalar mix learned
     assert result["params"]["mix"]["weights"].shape == (3,)  # char CNN + 2 LSTM layers
+
+
+@pytest.mark.parametrize("mode", ["full", "adapters"])
+def test_elmo_fine_tunes_only_frozen(tmp_path, elmo_run, mode):
+    """The family states its modes (`TASK_MODES`): the biLM is used through the scalar mix only,
+    and the one-line error says so for both other modes."""
+    from bertology.train.finetune import default_config, finetune
+
+    c = default_config("sst2")
+    c.update(init_checkpoint=str(elmo_run), mode=mode, total_steps=1)
+    with pytest.raises(UserError, match=f"^the elmo trunk fine-tunes with mode features, not {mode}; set mode=features$"):
+        finetune(c, tmp_path / "run")
 
 
 def test_elmo_features_are_the_bilm_layers(elmo_run):

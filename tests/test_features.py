@@ -9,7 +9,7 @@ import pytest
 from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
 from bertology.features import extract
-from test_finetune import REPO, pretrained  # noqa: F401 (the module-scoped pretraining fixture)
+from test_finetune import REPO, pretrained, tiny  # noqa: F401 (the module-scoped pretraining fixture)
 
 
 def test_sentence_vector_is_the_masked_mean(pretrained):  # noqa: F811
@@ -101,3 +101,18 @@ def _random_params(config) -> dict:
     batch = {k: np.zeros((1, n), np.int32) for k in ("input_ids", "segment_ids", "input_mask", "masked_positions")}
     batch.update(perm_mask=np.zeros((1, n, n), np.float32), target_mapping=np.zeros((1, 1, n), np.float32))  # XLNet's
     return nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])
+
+
+def test_rows_longer_than_the_position_table_are_refused_in_one_line(pretrained, tmp_path):  # noqa: F811
+    """Features and fine-tuning refuse rows past the pretrained trunk's 64 learned positions (one
+    rule, `tasks.check_length`), rather than read clamped positions."""
+    from bertology.train.finetune import finetune
+
+    with pytest.raises(UserError, match="^max_seq_length=65 exceeds the trunk's 64 positions; lower it$"):
+        extract(pretrained, ["open file"], max_seq_length=65)
+    extract(pretrained, ["open file"], max_seq_length=64)
+    # the config's own model block would allow 80 (validation passes): the checkpoint's table refuses
+    c = tiny("sst2", "glue/SST-2", init_checkpoint=str(pretrained),
+             **{"data.max_seq_length": 80, "model.max_position_embeddings": 128})
+    with pytest.raises(UserError, match="^data.max_seq_length=80 exceeds the trunk's 64 positions; lower it$"):
+        finetune(c, tmp_path)

@@ -75,7 +75,7 @@ def test_full_finetune_from_the_lm_learns_and_trains_the_lstm(tmp_path, lm_run):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(mode="adapters"), "the lstm trunk has no adapters"),
+    (dict(mode="adapters"), "the lstm trunk fine-tunes with mode full or features, not adapters; set mode=full"),
     (dict(optimizer=dict(layerwise_lr_decay=0.8)), "layerwise_lr_decay needs a layered Transformer trunk"),
 ])
 def test_transformer_only_options_are_one_line(tmp_path, lm_run, overrides, message):

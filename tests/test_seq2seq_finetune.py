@@ -9,11 +9,16 @@ import importlib.util
 import json
 import pathlib
 
+import flax.linen as nn
+import jax
+import numpy as np
 import pytest
+from flax.traverse_util import flatten_dict
 
-from bertology import tasks
+from bertology import models, tasks
 from bertology.errors import UserError
 from bertology.evaluation import generation as metrics
+from bertology.models import tasks as model_tasks
 from bertology.tasks.seq2seq import parse_story, parse_summary_file
 from bertology.train.finetune import finetune
 
@@ -134,19 +139,97 @@ def test_loaders_read_each_released_format(tmp_path):
         load("xsum", hf_xsum, cache)
 
 
+def teacher_forced(config, params, examples: list[dict]) -> tuple[float, float]:
+    """Held-out perplexity and token accuracy (%) of every example's target, in numpy, in one batch."""
+    from bertology.train.finetune import _seq2seq_model, seq2seq_arrays
+
+    model, _, tokenizer, _, start = _seq2seq_model(config)
+    rows = seq2seq_arrays(examples, tokenizer, config.data.max_seq_length, config.data.max_target_length, start)
+    logits = np.asarray(model.apply({"params": params}, rows)["logits"], np.float64)
+    top = logits.max(-1, keepdims=True)
+    logz = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
+    label = np.take_along_axis(logits, rows["targets"][..., None], -1)[..., 0]
+    w = rows["target_weights"]
+    return float(np.exp(((logz - label) * w).sum() / w.sum())), float(100 * ((label >= top[..., 0]) * w).sum() / w.sum())
+
+
 @pytest.mark.parametrize("arg", ["embedded", "embedded_t5", "embedded_unilm"])
 def test_tiny_bart_t5_and_unilm_learn_the_embedded_task(arg, tmp_path):
     config = seq2seq_config(arg)
-    config.update(total_steps=30, log_every=5, batch_size=16, eval_examples=8, eval_batch_size=8)
+    config.update(total_steps=30, log_every=5, batch_size=16, eval_examples=7, eval_batch_size=4)
     config.mesh.shape = (1, 1)  # what is checked needs no sharding; 8 simulated devices on 2 cores cost compile and run time
     config.data.cache_dir = str(tmp_path / "cache")
     config.generation.max_new_tokens = 12
     results = finetune(config, tmp_path / "run")
     losses = results["train_loss"]
     assert len(losses) == 6 and losses[-1] < losses[0] - 0.5
-    examples = tasks.get("seq2seq_embedded").load(None, config.data.cache_dir, log=lambda _: None)["validation"][:8]
+    examples = tasks.get("seq2seq_embedded").load(None, config.data.cache_dir, log=lambda _: None)["validation"][:7]
     predictions = (tmp_path / "run" / "predictions_validation.txt").read_text().splitlines()
     assert predictions == [p.replace("\n", " ") for p in results["predictions"]["validation"]]
     expected = metrics.score(results["predictions"]["validation"], [e["target"] for e in examples])
-    assert results["scores"] == pytest.approx(expected)
+    scores = dict(results["scores"])
+    if arg != "embedded_unilm":  # encoder-decoders are also scored teacher-forced (7 rows in batches of 4)
+        perplexity, accuracy = teacher_forced(config, results["params"], examples)
+        assert scores.pop("perplexity") == pytest.approx(perplexity, rel=1e-4)
+        assert scores.pop("token_accuracy") == pytest.approx(accuracy, abs=1e-3)
+    assert scores == pytest.approx(expected)
     assert json.loads((tmp_path / "run" / "results.json").read_text())["primary"] == "rougeL"
+
+
+def family_config(name: str, preset: str = "tiny"):
+    spec = importlib.util.spec_from_file_location(name, REPO / "configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(preset)
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_an_encoder_decoders_fine_tuning_trunk_is_its_encoder(name):
+    """`trunk(params)` of T5 and BART is the encoder (token table included, no pooler): the trunk
+    classification, tagging and QA heads sit on takes exactly its tensors, and computes what the
+    pretrained model's encoder computes."""
+    c = family_config(name)
+    c.model.vocab_size = 90
+    model = models.build(c.model)
+    rng = np.random.default_rng(0)
+    mask = np.array([[1] * 11, [1] * 7 + [0] * 4], np.int32)
+    batch = {"input_ids": rng.integers(3, 90, (2, 11)).astype(np.int32) * mask, "input_mask": mask,
+             "decoder_input_ids": rng.integers(3, 90, (2, 5)).astype(np.int32),
+             "decoder_input_mask": np.ones((2, 5), np.int32)}
+    params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), batch)["params"])
+    cfg, trunk = models.pretrained_encoder(params, c.model)
+    task = model_tasks.trunk(cfg, name)
+    inputs = {k: batch[k] for k in ("input_ids", "input_mask")}
+    fresh = nn.meta.unbox(task.init(jax.random.PRNGKey(1), inputs)["params"])
+    assert set(flatten_dict(fresh)) == set(flatten_dict(trunk))
+    np.testing.assert_array_equal(task.apply({"params": trunk}, inputs)["sequence"],
+                                  model.apply({"params": params}, batch, method="encode"))
+
+
+def test_a_t5_run_fine_tunes_a_classifier_on_its_encoder(tmp_path):
+    """A T5 pretraining run feeds classification: its vocabulary is read with the 100 sentinels
+    pretraining added (8,100 rows, which a plain load of the sentencepiece model would miss), every
+    encoder tensor loads, and the loss falls on the SST-2 fixture."""
+    from bertology.train.checkpoint import load_params
+    from bertology.train.loop import train
+
+    c = family_config("t5")
+    c.update(batch_size=8, total_steps=2, log_every=1, eval_every=0, checkpoint_every=2)
+    c.mesh.shape = (1, 1)
+    c.model.update(num_layers=1, hidden_size=32, num_heads=2, head_size=16, intermediate_size=64)
+    c.data.update(max_seq_length=32, max_target_length=12)
+    train(c, tmp_path / "pre")
+    spec = importlib.util.spec_from_file_location("glue", REPO / "configs/finetune/glue.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ft = module.get_config("sst2")
+    ft.update(init_checkpoint=str(tmp_path / "pre"), total_steps=40, batch_size=8, eval_batch_size=8, log_every=1)
+    ft.data.update(dir=str(REPO / "tests" / "fixtures" / "glue" / "SST-2"), max_seq_length=48)
+    ft.optimizer.learning_rate = 3e-3
+    ft.mesh.shape = (1, 1)
+    result = finetune(ft, tmp_path / "ft")
+    loss = np.array(result["train_loss"])
+    assert loss[-5:].mean() < loss[:5].mean() - 0.3, loss
+    pretrained = flatten_dict(load_params(tmp_path / "pre")[0]["encoder"])
+    assert set(flatten_dict(result["params"]["encoder"])) == set(pretrained)
+    assert pretrained[("embeddings", "token", "embedding")].shape[0] == 8100

@@ -86,7 +86,7 @@ def test_seq2seq_sweep_end_to_end(tmp_path):
     rows = sweep.sweep(c, tmp_path)
     assert [r["variant"] for r in rows] == ["scratch", "t5", "deshuffle"]
     table = (tmp_path / "table.md").read_text().splitlines()
-    assert table[0].split("|")[-4:-1] == [" ROUGE-1 ", " ROUGE-2 ", " ROUGE-L "]
+    assert table[0].split("|")[-5:-1] == [" perplexity ", " ROUGE-1 ", " ROUGE-2 ", " ROUGE-L "]
     planned = {r["variant"]: r["steps"] for r in sweep.plan(c)}
     for row, line in zip(rows, table[2:], strict=True):
         tag = "scratch" if row["variant"] == "scratch" else f"{row['variant']}_x1"
@@ -94,7 +94,7 @@ def test_seq2seq_sweep_end_to_end(tmp_path):
         cells = [c.strip() for c in line.split("|")[1:-1]]
         assert cells[0] == row["variant"]
         assert cells[2] == str(planned.get(row["variant"], 0))
-        assert [float(x) for x in cells[4:]] == [round(result[k], 2) for k in ("rouge1", "rouge2", "rougeL")]
+        assert [float(x) for x in cells[4:]] == [round(result[k], 2) for k in ("perplexity", "rouge1", "rouge2", "rougeL")]
         assert all(re.fullmatch(r"\d+\.\d\d", x) for x in cells[4:])
     for name in ("t5_x1", "deshuffle_x1"):
         saved = json.loads((tmp_path / "pretrain" / name / "config.json").read_text())

@@ -21,13 +21,13 @@ def get_config():
     c.variants = (dict(name="bert2bert", config="bert2bert.py:tiny", init_from="bert.py:tiny"),)
     c.reference = "bart"
     c.budgets = (1.0,)
-    c.reference_steps = 60
+    c.reference_steps = 300
     c.batch_size = 32
     c.max_seq_length = 64
     c.mesh_shape = (-1, 1)
     c.scratch = "bart"
     # overrides of finetune/seq2seq.py:embedded_<family>
     c.finetune = ml_collections.ConfigDict(dict(seq2seq=dict(
-        total_steps=30, batch_size=16, eval_examples=40,
+        total_steps=200, batch_size=32, eval_examples=100,
         data=dict(max_seq_length=64, max_target_length=24), generation=dict(max_new_tokens=24))))
     return c

@@ -44,7 +44,6 @@ def extract(
     from bertology import models
     from bertology.data.tokenizers import for_data
     from bertology.models import tasks
-    from bertology.models.transformer import TransformerConfig
     from bertology.tasks.encode import encode_pair, stack
     from bertology.train.checkpoint import load_params
     from bertology.train.finetune import merge_pretrained
@@ -56,15 +55,12 @@ def extract(
     params, config = load_params(checkpoint)
     cfg, encoder_params = models.pretrained_encoder(params, config["model"])
     family = models.family(config["model"]["family"])
-    if (isinstance(cfg, TransformerConfig) and cfg.positions == "absolute"
-            and max_seq_length > cfg.max_position_embeddings - cfg.position_offset):
-        raise UserError(f"max_seq_length={max_seq_length} exceeds the encoder's "
-                        f"{cfg.max_position_embeddings - cfg.position_offset} positions; lower it")
+    tasks.check_length(cfg, max_seq_length, "max_seq_length")
     tokenizer = for_data(config["data"])
     arrays = stack([encode_pair(tokenizer, t, "", max_seq_length) for t in texts])
     task_inputs = getattr(family, "task_inputs", None)
     if task_inputs is not None:  # ELMo reads each word's characters
-        arrays = task_inputs(cfg, tokenizer, arrays, "features")
+        arrays = task_inputs(cfg, tokenizer, arrays)
     trunk = tasks.trunk(cfg, config["model"]["family"])  # the network fine-tuning puts under its heads
     first = {k: v[:1] for k, v in arrays.items()}
     # what only fine-tuning trains (XLNet's summary) keeps an initialisation no layer reads

@@ -14,9 +14,9 @@ A sweep config names what to pretrain and what to fine-tune it on:
 - `reference`: the variant whose `reference_steps` steps are a budget of 1;
 - `finetune`: one block per fine-tuning target, its keys overriding the target's config:
   `classification` (`finetune/embedded.py`, scored by accuracy) and/or `seq2seq`
-  (`finetune/seq2seq.py:embedded_<family>`, scored by ROUGE-1/2/L); `scratch`: the family whose
-  tiny model is fine-tuned from scratch on the seq2seq target (classification's is
-  `finetune/embedded.py`'s model).
+  (`finetune/seq2seq.py:embedded_<family>`, scored by teacher-forced perplexity and ROUGE-1/2/L);
+  `scratch`: the family whose tiny model is fine-tuned from scratch on the seq2seq target
+  (classification's is `finetune/embedded.py`'s model).
 
 For every budget (in units of `reference_steps` of the reference) and variant, the variant gets as
 many steps as the budget buys at its own cost per token, is pretrained on the embedded corpus, then
@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import pathlib
 import sys
 from typing import Any
@@ -48,9 +49,11 @@ from bertology.errors import UserError
 
 TARGETS = ("classification", "seq2seq")
 SEQ2SEQ_FAMILIES = ("bart", "t5", "unilm")  # finetune/seq2seq.py's; other encoder-decoders are `bart` networks
-# target: (score keys in the fine-tuning results, their table headers)
+# target: (score keys in the fine-tuning results, their table headers); the last is plotted. Perplexity is
+# teacher-forced on the evaluated rows (encoder-decoders only; "—" for UniLM): at a toy budget, where every
+# model may decode one degenerate string, it still ranks the runs.
 SCORES = {"classification": (("accuracy",), ("embedded-task accuracy",)),
-          "seq2seq": (("rouge1", "rouge2", "rougeL"), ("ROUGE-1", "ROUGE-2", "ROUGE-L"))}
+          "seq2seq": (("perplexity", "rouge1", "rouge2", "rougeL"), ("perplexity", "ROUGE-1", "ROUGE-2", "ROUGE-L"))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +181,7 @@ def _finetune(c: ml_collections.ConfigDict, family: str, init: str | None, workd
             result = json.loads((run / "results.json").read_text())
         else:
             result = finetune(_target_config(c, target, family, init), run)
-        scores.update({k: result["scores"][k] for k in SCORES[target][0]})
+        scores.update({k: result["scores"].get(k, float("nan")) for k in SCORES[target][0]})
     return scores
 
 
@@ -236,7 +239,7 @@ def write_report(rows: list[dict], targets: list[str], reference: str, workdir: 
              "|---" * (4 + len(keys)) + "|"]
     for r in rows:
         steps = f"{r['init_steps']} + {r['steps']}" if r.get("init_steps") else str(r["steps"])
-        scores = " | ".join(f"{r[k]:.2f}" for k in keys)
+        scores = " | ".join("—" if math.isnan(r[k]) else f"{r[k]:.2f}" for k in keys)
         lines.append(f"| {r['variant']} | {r['budget']:g} | {steps} | {r['flops']:.2e} | {scores} |")
     (workdir / "table.md").write_text("\n".join(lines) + "\n")
     fig, axes = plt.subplots(1, len(targets), figsize=(6 * len(targets), 4), squeeze=False)

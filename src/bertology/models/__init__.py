@@ -21,7 +21,10 @@ outside it ever asks which family it is:
   (what sequence-level heads read: BERT's pooler, XLNet's summary of its last `<cls>`), "layers":
   list of [B, L, D]}, and its parameters are `trunk(params)` plus whatever only fine-tuning trains.
   Families without it get the shared `Encoder` (`bertology.models.tasks.TaskModel`);
-- `task_inputs(cfg, tokenizer, arrays, mode) -> arrays` (optional): extra inputs a non-Transformer
+- `TASK_MODES` (optional): the fine-tuning modes its trunk takes, of `full`, `adapters`, `features`
+  (default all; ELMo's biLM is used frozen: `features` only; a trunk without Houlsby adapters
+  leaves out `adapters`);
+- `task_inputs(cfg, tokenizer, arrays) -> arrays` (optional): extra inputs a non-Transformer
   trunk needs in fine-tuning (ELMo's character ids);
 - `flops_per_token(config, nominal) -> float`: training FLOPs per input token of a run config
   (`bertology.models.flops`): what runs, or with `nominal` the paper-style estimate that the

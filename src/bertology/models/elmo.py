@@ -78,6 +78,7 @@ class ElmoConfig:
 
 
 EXTRA_KEYS: tuple[str, ...] = ()
+TASK_MODES = ("features",)  # the biLM is used frozen, through the scalar mix, as Peters et al. use it
 
 
 def config(model_config: Any) -> ElmoConfig:
@@ -265,7 +266,7 @@ class Model(nn.Module):
 class TaskTrunk(Model):
     """The biLM as a fine-tuning trunk (`task_trunk`): its mixable layers, with the top one as
     `sequence` and its mean over real tokens as `pooled`. It is used frozen, through the task
-    model's scalar mix (`task_inputs` admits only mode=features), so the softmax is never built."""
+    model's scalar mix (`TASK_MODES`), so the softmax is never built."""
 
     def __call__(self, inputs: dict[str, Array], *, deterministic: bool = True) -> dict[str, Any]:
         layers = self.representations(inputs, deterministic)
@@ -277,7 +278,7 @@ def task_trunk(cfg: ElmoConfig, name: str) -> nn.Module:
     return TaskTrunk(cfg, name=name)
 
 
-def task_inputs(cfg: ElmoConfig, tokenizer: Any, arrays: dict[str, np.ndarray], mode: str) -> dict[str, np.ndarray]:
+def task_inputs(cfg: ElmoConfig, tokenizer: Any, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Fine-tuning or feature rows with the `char_ids` the biLM reads (`bertology.finetune`,
     `bertology.features`).
 
@@ -287,11 +288,8 @@ def task_inputs(cfg: ElmoConfig, tokenizer: Any, arrays: dict[str, np.ndarray], 
     vocabulary lacks becomes `[UNK]`, whose characters the CNN then reads (the word's own spelling
     is not kept: a limit of reading task text through the word vocabulary). `[CLS]` and `[SEP]`
     are read as the sentence marks `<S>` and `</S>` the biLM was trained with; padding reads no
-    characters. The biLM is used frozen, as Peters et al. use it: only `mode=features` (its
-    layers through the learned scalar mix) is accepted.
+    characters.
     """
-    if mode != "features":
-        raise UserError(f"an ELMo checkpoint fine-tunes frozen, through its scalar mix; use mode=features, not {mode!r}")
     marks = {"[CLS]": words.BOS, "[SEP]": words.EOS}
     tokens = [marks.get(t, t) for t in tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))]
     table = words.char_id_table(tokens, cfg.max_characters_per_token)

@@ -40,6 +40,7 @@ from bertology.models import elmo, encoder_config, flops
 
 Array = jax.Array
 KINDS = ("lm", "autoencoder")
+TASK_MODES = ("full", "features")  # no Houlsby adapters in an LSTM
 # The configs' presets (configs/lstm_lm.py, configs/seq_autoencoder.py): ELMo's tiny and small
 # LSTM shapes (one direction of its biLM), its word vocabularies and segment lengths.
 PRESETS = {

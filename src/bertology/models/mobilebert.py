@@ -66,6 +66,7 @@ class Bottleneck:
 
 
 EXTRA_KEYS = tuple(f.name for f in dataclasses.fields(Bottleneck))
+TASK_MODES = ("full", "features")  # its bottlenecked stack has no Houlsby adapters
 # Core settings this stack does not read: any other value would be silently ignored.
 UNSUPPORTED = dict(norm="post", positions="absolute", share_layers="none", scan_layers=False, head_size=None,
                    adapter_size=None, embedding_norm=True, scale_embeddings=False, scale_attention=True,
@@ -339,8 +340,6 @@ def build(model_config: ml_collections.ConfigDict | dict) -> Model:
 def task_trunk(cfg: Config, name: str) -> Encoder:
     """The fine-tuning trunk of the family contract (`bertology.models`): the pretraining stack's
     `Encoder` (parameters `trunk(params)`, nothing new), pooled by its own pooler."""
-    if cfg.adapter_size is not None:
-        raise UserError("MobileBERT's stack has no adapters; fine-tune it with mode=full or mode=features")
     return Encoder(cfg, cfg.bottleneck, name=name)
 
 

@@ -53,8 +53,10 @@ def build(model_config: ml_collections.ConfigDict | dict) -> Model:
 
 
 def trunk(params: dict) -> dict:
-    """The encoder and decoder (without v1.1's `lm_head`)."""
-    return {"encoder": params["encoder"], "decoder": params["decoder"]}
+    """The encoder (token table included), which classification, tagging and QA heads and
+    `bertology.features` read, as Hugging Face's encoder-only models do; the decoder is for
+    generation. It has no pooler: sequence-level heads read the first token's state."""
+    return params["encoder"]
 
 
 def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:

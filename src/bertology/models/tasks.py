@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from bertology import models
+from bertology.errors import UserError
 from bertology.models.transformer import Encoder, TransformerConfig, dense, ones, zeros
 
 Array = jax.Array
@@ -55,6 +56,20 @@ def trunk(cfg: Any, family: str | None, name: str = "encoder") -> nn.Module:
     `task_trunk` where it defines one, else the shared Encoder."""
     build = getattr(models.family(family), "task_trunk", None) if family else None
     return Encoder(cfg, name=name) if build is None else build(cfg, name)
+
+
+def task_modes(family: str) -> tuple[str, ...]:
+    """The modes a family's trunk fine-tunes with (its `TASK_MODES`; default all three): ELMo's
+    biLM only frozen, trunks without Houlsby adapters (MobileBERT's, the LSTMs') not `adapters`."""
+    return getattr(models.family(family), "TASK_MODES", MODES)
+
+
+def check_length(cfg: Any, length: int, option: str) -> None:
+    """Refuse rows longer than a trunk's learned position table (`option` names the setting),
+    which would otherwise read clamped positions without a word."""
+    if getattr(cfg, "positions", None) == "absolute" and length > cfg.max_position_embeddings - cfg.position_offset:
+        raise UserError(f"{option}={length} exceeds the trunk's {cfg.max_position_embeddings - cfg.position_offset} "
+                        "positions; lower it")
 
 
 class TaskModel(nn.Module):

@@ -34,7 +34,7 @@ from ml_collections.config_dict import placeholder
 
 from bertology import models, objectives, tasks, validation
 from bertology.data.embedded import DEFAULT_VOCAB
-from bertology.data.tokenizers import for_data, load_tokenizer
+from bertology.data.tokenizers import for_data
 from bertology.errors import UserError
 from bertology.data.transforms import seq2seq_rows
 from bertology.evaluation import outputs
@@ -42,7 +42,7 @@ from bertology.generation import decoder_start_id, frame_source, generate
 from bertology.models import unilm
 from bertology.models.presets import bert_preset
 from bertology.models.transformer import EncoderDecoder
-from bertology.models.tasks import MODES, TaskModel
+from bertology.models.tasks import MODES, TaskModel, check_length, task_modes
 from bertology.tasks.inputs import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
 from bertology.train import prune as prune_lib
@@ -162,7 +162,7 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, str
         params, pre = load_params(config.init_checkpoint)
         cfg, encoder = models.pretrained_encoder(params, pre["model"])
         vocab = config.data.vocab or pre["data"].get("vocab") or str(DEFAULT_VOCAB)
-        tokenizer = load_tokenizer(vocab)
+        tokenizer = for_data({**pre["data"], "vocab": vocab})  # with the tokens pretraining added (T5's sentinels)
         if tokenizer.vocab_size != cfg.vocab_size:
             source = "data.vocab" if config.data.vocab else "its vocabulary"
             raise UserError(f"{source} {vocab} has {tokenizer.vocab_size} tokens but init_checkpoint "
@@ -222,18 +222,17 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     cfg, pretrained, tokenizer, vocab, family = _encoder(config)
     task_inputs = getattr(models.family(family), "task_inputs", None)
     config.data.vocab = vocab
-    # A trunk that is not a Transformer (ELMo's, the LSTM baselines') has no adapters, position table, segment
-    # embeddings or layer count for these: each is asked of the trunk's config, not of the family's name.
+    modes = task_modes(family)
+    if config.mode not in modes:
+        raise UserError(f"the {family} trunk fine-tunes with mode {' or '.join(modes)}, not {config.mode}; "
+                        f"set mode={modes[0]}")
     if config.mode == "adapters":
-        if not hasattr(cfg, "adapter_size"):
-            raise UserError(f"the {family} trunk has no adapters; use mode=full or mode=features")
         cfg = dataclasses.replace(cfg, adapter_size=config.adapter_size)
+    # A trunk that is not a Transformer (ELMo's, the LSTM baselines') has no layer count or position table:
+    # each is asked of the trunk's config, not of the family's name.
     if config.optimizer.layerwise_lr_decay != 1.0 and not hasattr(cfg, "num_layers"):
         raise UserError(f"optimizer.layerwise_lr_decay needs a layered Transformer trunk, not {family}'s; set it to 1.0")
-    if (getattr(cfg, "positions", None) == "absolute"
-            and config.data.max_seq_length > cfg.max_position_embeddings - cfg.position_offset):
-        raise UserError(f"data.max_seq_length={config.data.max_seq_length} exceeds the encoder's "
-                        f"{cfg.max_position_embeddings - cfg.position_offset} positions; lower it")
+    check_length(cfg, config.data.max_seq_length, "data.max_seq_length")
 
     splits = task.load(config.data.dir, config.data.cache_dir, log=log)
     if not splits.get("train"):
@@ -241,7 +240,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     feats = {s: featurize(task, splits[s], tokenizer, config.data) for s in splits}
     if task_inputs is not None:  # ELMo: word rows read through their characters (`elmo.task_inputs`)
         for f in feats.values():
-            f.arrays.update(task_inputs(cfg, tokenizer, f.arrays, config.mode))
+            f.arrays.update(task_inputs(cfg, tokenizer, f.arrays))
     elif getattr(cfg, "type_vocab_size", None) == 1:  # RoBERTa has one segment embedding: pairs are told apart by [SEP] alone
         for f in feats.values():
             f.arrays["segment_ids"] = np.zeros_like(f.arrays["segment_ids"])
@@ -429,6 +428,19 @@ def seq2seq_arrays(examples: list[dict], tokenizer: Any, source_length: int, tar
     return seq2seq_rows(inputs, targets, source_length, target_length, tokenizer.pad_id, decoder_start)
 
 
+def _weighted_batches(arrays: dict[str, np.ndarray], batch_size: int) -> list[dict[str, np.ndarray]]:
+    """Rows cut into batches of `batch_size`, the last filled with weight-0 copies, so that summed
+    metrics (`Run.evaluator`) count every row once and every batch has one compiled shape."""
+    n = len(arrays["input_ids"])
+    batches = []
+    for start in range(0, n, batch_size):
+        rows = np.arange(start, start + batch_size)
+        batch = {k: v[rows % n] for k, v in arrays.items()}
+        batch["target_weights"] = batch["target_weights"] * (rows < n)[:, None]
+        batches.append(batch)
+    return batches
+
+
 class TargetMasked:
     """UniLM's fine-tuning batches: `rows`' batches with their targets masked afresh each batch
     (`unilm.mask_targets`, `data.target_mask_prob` of the target tokens, unilm-v1's 0.7), drawn
@@ -453,7 +465,9 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
     """`finetune` for a seq2seq task: teacher-forced training with the seq2seq objective
     (`label_smoothing`), evaluation by generation (`generation.*`: num_beams, length_penalty,
     max_new_tokens, default data.max_target_length) on the first `eval_examples` of each
-    evaluation split, scored by the task (ROUGE-1/2/L/Lsum, BLEU). A UniLM model instead trains
+    evaluation split, scored by the task (ROUGE-1/2/L/Lsum, BLEU). An encoder-decoder is also scored
+    teacher-forced on the same examples (`perplexity`, `token_accuracy`): a toy-budget model that
+    decodes one degenerate string for every source still ranks by them. A UniLM model instead trains
     as the paper fine-tunes it: `[CLS] source [SEP] target [SEP]` under the sequence-to-sequence
     mask, MLM on `data.target_mask_prob` (default 0.7) of the target tokens, at most
     `data.max_predictions_per_seq` (default the target length) per row; it decodes at a [MASK]
@@ -499,12 +513,18 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
     if opt_cfg.warmup_steps is None:
         opt_cfg.warmup_steps = int(round(opt_cfg.warmup_fraction * total))
     eval_examples = config.get("eval_examples") or None
+    held_out = {} if is_unilm else {
+        split: _weighted_batches(seq2seq_arrays(splits[split][:eval_examples], tokenizer, source_length, target_length,
+                                                start), config.eval_batch_size)
+        for split in task.eval_splits}
     t0 = time.time()
     with run_lib.setup(
         config, workdir, model=model, objective=objective, example=example,
         optimizer=lambda params: optimizer_lib.make(opt_cfg, total),
         start_params=None if pretrained is None else (lambda fresh: merge_pretrained(fresh, pretrained, config.init_checkpoint)),
     ) as run:
+        teacher_forced = {split: run.evaluator(batches) for split, batches in held_out.items()}
+
         def evaluate(params) -> dict[str, Any]:
             scores, preds = {}, {}
             for split in task.eval_splits:
@@ -513,6 +533,9 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
                                                config.eval_batch_size, generation_options)
                 prefix = "" if len(task.eval_splits) == 1 else f"{split}_"
                 scores.update({prefix + k: v for k, v in task.score(examples, preds[split]).items()})
+                if split in teacher_forced:
+                    m = teacher_forced[split](params)
+                    scores.update({prefix + "perplexity": m["perplexity"], prefix + "token_accuracy": 100 * m["lm_accuracy"]})
             return {"scores": scores, "predictions": preds}
 
         latest: dict[str, Any] = {}
