@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -117,9 +118,12 @@ def measure(preset: str, remat: str, scan: bool, batch_size: int, seq_len: int, 
 
 
 def measure_in_subprocess(spec: dict[str, Any]) -> dict[str, Any]:
-    """`measure(**spec)` in a fresh Python process (no trace or executable cached from before)."""
+    """`measure(**spec)` in a fresh Python process (no trace or executable cached from before; a
+    persistent compilation cache, such as the test session's, is switched off, or `compile_s` would
+    time loading an executable from disk)."""
+    env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"}
     proc = subprocess.run([sys.executable, "-m", "benchmarks.compile_time", "--one", json.dumps(spec)],
-                          cwd=REPO, capture_output=True, text=True)
+                          cwd=REPO, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(f"measuring {spec} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.splitlines()[-1])
