@@ -9,7 +9,7 @@ controller, or the only process without xdist) creates the directory and exports
 jax's environment variables, which jax reads at import; the xdist workers and every Python
 process a test starts (CLIs, the multihost run, the notebook kernel) inherit them. The cache
 lives only as long as the session, so no test can pass because of an executable compiled by an
-older version of the code.
+older version of the code. `JAX_ENABLE_COMPILATION_CACHE=false` runs a session without it.
 """
 
 import os
