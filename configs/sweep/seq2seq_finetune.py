@@ -1,6 +1,7 @@
 """The seq2seq fine-tune table: tiny BART, T5, MASS and UniLM pretrained at equal FLOPs on the
 embedded corpus, plus the BERT-as-encoder route, each fine-tuned on the embedded seq2seq task
-(docstring body -> first sentence) and scored by ROUGE-1/2/L, against BART from scratch.
+(docstring body -> first sentence) and scored by teacher-forced perplexity and ROUGE-1/2/L,
+against BART from scratch (~65 min here; the README has the measured table).
 
     python -m bertology.sweep --config configs/sweep/seq2seq_finetune.py --workdir runs/s2s_finetune
 
