@@ -5,7 +5,6 @@ steps: the loss falls and the reported ROUGE is rouge-score's on the written pre
 
 import csv
 import hashlib
-import importlib.util
 import json
 import pathlib
 
@@ -21,8 +20,8 @@ from bertology.evaluation import generation as metrics
 from bertology.models import tasks as model_tasks
 from bertology.tasks.seq2seq import parse_story, parse_summary_file
 from bertology.train.finetune import finetune
+from test_xl_train import get_config  # configs/<name>.py:<preset>
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
 STORY = """(CNN) -- The river rose two metres overnight
 
 Officials closed the old bridge on Monday.
@@ -48,13 +47,6 @@ A bridge has been closed after the river rose by two metres.
 Officials closed the old bridge on Monday.
 Repairs will take a month.
 """
-
-
-def seq2seq_config(arg: str):
-    spec = importlib.util.spec_from_file_location("seq2seq_config", REPO / "configs/finetune/seq2seq.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
 
 
 def load(name: str, directory: pathlib.Path, cache: pathlib.Path):
@@ -155,7 +147,7 @@ def teacher_forced(config, params, examples: list[dict]) -> tuple[float, float]:
 
 @pytest.mark.parametrize("arg", ["embedded", "embedded_t5", "embedded_unilm"])
 def test_tiny_bart_t5_and_unilm_learn_the_embedded_task(arg, tmp_path):
-    config = seq2seq_config(arg)
+    config = get_config("finetune/seq2seq", arg)
     config.update(total_steps=30, log_every=5, batch_size=16, eval_examples=7, eval_batch_size=4)
     config.mesh.shape = (1, 1)  # what is checked needs no sharding; 8 simulated devices on 2 cores cost compile and run time
     config.data.cache_dir = str(tmp_path / "cache")
@@ -176,19 +168,12 @@ def test_tiny_bart_t5_and_unilm_learn_the_embedded_task(arg, tmp_path):
     assert json.loads((tmp_path / "run" / "results.json").read_text())["primary"] == "rougeL"
 
 
-def family_config(name: str, preset: str = "tiny"):
-    spec = importlib.util.spec_from_file_location(name, REPO / "configs" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(preset)
-
-
 @pytest.mark.parametrize("name", ["t5", "bart"])
 def test_an_encoder_decoders_fine_tuning_trunk_is_its_encoder(name):
     """`trunk(params)` of T5 and BART is the encoder (token table included, no pooler): the trunk
     classification, tagging and QA heads sit on takes exactly its tensors, and computes what the
     pretrained model's encoder computes."""
-    c = family_config(name)
+    c = get_config(name)
     c.model.vocab_size = 90
     model = models.build(c.model)
     rng = np.random.default_rng(0)
@@ -215,7 +200,7 @@ def test_a_t5_run_fine_tunes_a_classifier_on_its_encoder(tmp_path):
     from bertology.train.checkpoint import load_params
     from bertology.train.loop import train
 
-    c = family_config("t5")
+    c = get_config("t5")
     c.update(batch_size=8, total_steps=2, log_every=1, eval_every=0, checkpoint_every=2)
     c.mesh.shape = (1, 1)
     c.model.update(num_layers=1, hidden_size=32, num_heads=2, head_size=16, intermediate_size=64)
