@@ -10,6 +10,8 @@ jax's environment variables, which jax reads at import; the xdist workers and ev
 process a test starts (CLIs, the multihost run, the notebook kernel) inherit them. The cache
 lives only as long as the session, so no test can pass because of an executable compiled by an
 older version of the code. `JAX_ENABLE_COMPILATION_CACHE=false` runs a session without it.
+The tokenized corpora and the embedded corpus are shared the same way (one `BERTOLOGY_CACHE`
+per session, which the data code writes atomically, so two workers may race to build an entry).
 """
 
 import os
@@ -22,12 +24,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import pytest  # noqa: E402
 
 JAX_CACHE = "JAX_COMPILATION_CACHE_DIR"
+DATA_CACHE = "BERTOLOGY_TEST_CACHE"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):  # an xdist worker: use the controller's cache
+    if hasattr(config, "workerinput"):  # an xdist worker: use the controller's caches
         return
     os.environ[JAX_CACHE] = tempfile.mkdtemp(prefix="bertology-jax-cache-")
+    if DATA_CACHE not in os.environ:
+        config._bertology_data_cache = os.environ[DATA_CACHE] = tempfile.mkdtemp(prefix="bertology-data-cache-")
     # Cache every program: most of the suite's are small, and jax skips by default those that
     # compile in under a second.
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
@@ -37,10 +42,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         shutil.rmtree(os.environ.pop(JAX_CACHE), ignore_errors=True)
+        if getattr(config, "_bertology_data_cache", None):
+            shutil.rmtree(os.environ.pop(DATA_CACHE), ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    """Tokenized corpora and the embedded corpus go to one per-session temp cache, never ~/.cache."""
-    cache = os.environ.get("BERTOLOGY_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "bertology-cache")
-    monkeypatch.setenv("BERTOLOGY_CACHE", cache)
+def _cache(monkeypatch):
+    """Tokenized corpora and the embedded corpus go to the session's cache, never ~/.cache."""
+    monkeypatch.setenv("BERTOLOGY_CACHE", os.environ[DATA_CACHE])

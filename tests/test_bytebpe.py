@@ -39,12 +39,11 @@ WHITESPACE += "\u2028\u2029\u202f\u205f\u3000"
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus():
     """The embedded corpus, built in the session's test cache (module fixtures run before its
     autouse fixture sets BERTOLOGY_CACHE)."""
-    cache = os.environ.get("BERTOLOGY_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "bertology-cache")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("BERTOLOGY_CACHE", cache)
+        mp.setenv("BERTOLOGY_CACHE", os.environ["BERTOLOGY_TEST_CACHE"])
         return embedded_corpus_path()
 
 
