@@ -390,6 +390,11 @@ def causal_blocks(length: int) -> int:
     return next((b for b in (8, 4, 2) if length % b == 0 and length // b >= 128), 1)
 
 
+def _heads_first(x: Array) -> Array:
+    """[batch, length, heads, head_dim] <-> [batch, heads, length, head_dim]: the KV cache's layout."""
+    return jnp.swapaxes(x, 1, 2)
+
+
 class Attention(nn.Module):
     """Multi-head scaled dot-product attention (self-, or cross- with `context`), with the residual
     and the norm (before the sublayer or after the residual, per `cfg.norm`).
@@ -488,13 +493,14 @@ class Attention(nn.Module):
     def _cross_keys(self, key: nn.Module, value: nn.Module, context: Array, mask: Mask,
                     decode: bool) -> tuple[Array, Array, Mask]:
         """The context's keys, values and mask; when decoding, computed at the first call and
-        cached (later calls may pass an empty context)."""
+        cached (later calls may pass an empty context), heads first like the self-attention
+        cache, so that no step copies them into the layout the attention products contract in."""
         if not decode:
             return key(context), value(context), mask
-        k = self.variable("cache", "cached_key", lambda: key(context))
-        v = self.variable("cache", "cached_value", lambda: value(context))
+        k = self.variable("cache", "cached_key", lambda: _heads_first(key(context)))
+        v = self.variable("cache", "cached_value", lambda: _heads_first(value(context)))
         keys = self.variable("cache", "key_mask", lambda: mask.keys)
-        return k.value, v.value, mask.replace(keys=keys.value)
+        return _heads_first(k.value), _heads_first(v.value), mask.replace(keys=keys.value)
 
     def _append_to_cache(self, k: Array, v: Array, mask: Mask) -> tuple[Array, Array, Mask, Array]:
         """Write this call's keys/values (and key padding) at the cache index; return the whole cache.
@@ -505,22 +511,21 @@ class Attention(nn.Module):
         step copied each layer's whole cache into that layout (on XLA:CPU 24 copies of the
         cache per step for GPT-2 small), where the new token's keys are tiny to transpose."""
         creating = not self.has_variable("cache", "cached_key")
-        heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, l, h, d] <-> [b, h, l, d]
-        cached_k = self.variable("cache", "cached_key", lambda: jnp.zeros(heads_first(k).shape, k.dtype))
-        cached_v = self.variable("cache", "cached_value", lambda: jnp.zeros(heads_first(v).shape, v.dtype))
+        cached_k = self.variable("cache", "cached_key", lambda: jnp.zeros(_heads_first(k).shape, k.dtype))
+        cached_v = self.variable("cache", "cached_value", lambda: jnp.zeros(_heads_first(v).shape, v.dtype))
         cached_keys = self.variable("cache", "key_mask", jnp.zeros, mask.keys.shape, bool)
         index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
         if creating:  # the init call: shapes only, the cache stays empty
             return k, v, mask, jnp.zeros((), jnp.int32)
         start = index.value
-        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, heads_first(k).astype(cached_k.value.dtype),
+        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, _heads_first(k).astype(cached_k.value.dtype),
                                                       (0, 0, start, 0))
-        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, heads_first(v).astype(cached_v.value.dtype),
+        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, _heads_first(v).astype(cached_v.value.dtype),
                                                       (0, 0, start, 0))
         cached_keys.value = jax.lax.dynamic_update_slice(cached_keys.value, mask.keys, (0, start))
         index.value = start + k.shape[1]
         mask = mask.replace(keys=cached_keys.value, documents=None)
-        return heads_first(cached_k.value), heads_first(cached_v.value), mask, start
+        return _heads_first(cached_k.value), _heads_first(cached_v.value), mask, start
 
 
 class FeedForward(nn.Module):
