@@ -10,10 +10,11 @@ any failure (read error, missing or garbage file, mismatch) skips that step with
 saying why, moves it to `WORKDIR/corrupt_checkpoints/`, and falls back to the next older step.
 A workdir whose checkpoints are all unusable is refused, never silently restarted from step 0.
 
-Fingerprints are computed on the devices by one jitted reduction (integer sums, so the same on
-any mesh or process count) over the arrays as they are sharded: no gather to host, and every
-process of a multi-process run gets the same numbers, so all make the same restore decision.
-The same pass checks that the state is finite: a checkpoint is never written from NaN or inf.
+Fingerprints are integer sums, so the same on any mesh or process count. Large or sharded arrays
+are fingerprinted on the devices by one jitted reduction over the arrays as they are sharded (no
+gather to host); small replicated ones on the host, from each process's own copy. Every process
+of a multi-process run gets the same numbers, so all make the same restore decision. The same
+pass checks that the state is finite: a checkpoint is never written from NaN or inf.
 
 Before restoring, shapes are checked against the current config so a mismatch fails with one
 line naming the tensor. A write that fails (disk full, quota, permissions) ends the run with one
@@ -180,23 +181,50 @@ def write_failures(directory: epath.Path, step: int | None) -> Iterator[None]:
                         "free space or move the workdir to a larger disk, then rerun the same command to resume") from None
 
 
+# Leaves up to this many elements that every device holds whole (the biases, norms and their
+# optimizer moments of any model; every leaf of a test-sized one) are fingerprinted on the host in
+# numpy: a few kilobytes each, and no compile. The jitted pass's compile time grows with its
+# leaves (a tiny ELECTRA state's ~200 took 17 s, more than its 50 train steps). Larger or sharded
+# leaves stay on the devices. Both paths compute the same rule, so a leaf's fingerprint does not
+# depend on which one took it.
+HOST_MAX_SIZE = 1 << 16
+
+
 def audit(state: Any) -> tuple[dict[str, str], bool]:
-    """({array path: 64-bit fingerprint as hex}, whether every float in `state` is finite), by one
-    jitted pass over the arrays where they lie; the result is replicated to every process."""
-    leaves = jax.tree.leaves(state)
-    mesh = next((x.sharding.mesh for x in leaves if isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding)), None)
-    replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    prints, finite = jax.device_get(jax.jit(_audit, out_shardings=replicated)(state))
-    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(state)]
-    return {p: f"{int(a):08x}{int(b):08x}" for p, (a, b) in zip(paths, jax.tree.leaves(prints))}, bool(finite)
+    """({array path: 64-bit fingerprint as hex}, whether every float in `state` is finite): small
+    replicated leaves on the host, the rest by one jitted pass over the arrays where they lie, with
+    its result replicated to every process."""
+    with_paths = jax.tree_util.tree_leaves_with_path(state)
+    paths, leaves = [jax.tree_util.keystr(p) for p, _ in with_paths], [x for _, x in with_paths]
+    host = {i: _local_copy(x) for i, x in enumerate(leaves) if np.size(x) <= HOST_MAX_SIZE and _replicated(x)}
+    prints = {i: _host_fingerprint(x) for i, x in host.items()}
+    finite = all(np.isfinite(x).all() for x in host.values() if jnp.issubdtype(x.dtype, jnp.inexact))
+    device = {i: x for i, x in enumerate(leaves) if i not in host}
+    if device:
+        mesh = next((x.sharding.mesh for x in device.values() if isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding)), None)
+        replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        lanes, ok = jax.device_get(jax.jit(_audit, out_shardings=replicated)(list(device.values())))
+        prints.update(zip(device, (tuple(int(v) for v in pair) for pair in lanes)))
+        finite = finite and bool(ok)
+    return {p: f"{prints[i][0]:08x}{prints[i][1]:08x}" for i, p in enumerate(paths)}, finite
 
 
-def _audit(state: Any) -> tuple[Any, jax.Array]:
+def _replicated(x: Any) -> bool:
+    sharding = getattr(x, "sharding", None)
+    return sharding is None or sharding.is_fully_replicated
+
+
+def _local_copy(x: Any) -> np.ndarray:
+    """A replicated leaf as numpy, from this process's own copy (no transfer between processes)."""
+    return np.asarray(x.addressable_shards[0].data if isinstance(x, jax.Array) else x)
+
+
+def _audit(leaves: list[jax.Array]) -> tuple[list[jax.Array], jax.Array]:
     finite = jnp.array(True)
-    for x in jax.tree.leaves(state):
+    for x in leaves:
         if jnp.issubdtype(x.dtype, jnp.inexact):
             finite &= jnp.all(jnp.isfinite(x))
-    return jax.tree.map(fingerprint, state), finite
+    return [fingerprint(x) for x in leaves], finite
 
 
 def fingerprint(x: jax.Array) -> jax.Array:
@@ -210,23 +238,37 @@ def fingerprint(x: jax.Array) -> jax.Array:
         x, {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize])
     if x.dtype.itemsize == 8:  # (..., 2) halves
         bits = _mix(bits[..., 0]) ^ bits[..., 1]
-    bits = bits.astype(jnp.uint32)
     index = jnp.zeros(x.shape, jnp.uint32)
     stride = 1
     for d in reversed(range(x.ndim)):
         index = index + jax.lax.broadcasted_iota(jnp.uint32, x.shape, d) * jnp.uint32(stride % 2**32)
         stride *= x.shape[d]
-    a = _mix(bits ^ _mix(index + jnp.uint32(0x9E3779B9)))
-    b = _mix(bits + _mix(index ^ jnp.uint32(0x7F4A7C15)))
+    a, b = _lanes(bits.astype(jnp.uint32), index)
     return jnp.stack([jnp.sum(a, dtype=jnp.uint32), jnp.sum(b, dtype=jnp.uint32)])
 
 
-def _mix(h: jax.Array) -> jax.Array:
+def _host_fingerprint(x: np.ndarray) -> tuple[int, int]:
+    """`fingerprint` in numpy, over the row-major flattening (the same flat index)."""
+    x = np.ravel(x)
+    x = x.astype(np.uint8) if x.dtype == np.bool_ else x
+    bits = x.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint32}[x.dtype.itemsize])
+    if x.dtype.itemsize == 8:  # low and high halves, as the device's bitcast orders them
+        bits = _mix(bits[0::2]) ^ bits[1::2]
+    a, b = _lanes(bits.astype(np.uint32), np.arange(x.size, dtype=np.uint32))
+    return int(a.sum(dtype=np.uint32)), int(b.sum(dtype=np.uint32))
+
+
+def _lanes(bits: Any, index: Any) -> tuple[Any, Any]:
+    """The two per-element hashes that a fingerprint sums (numpy or jax uint32 arrays alike)."""
+    return _mix(bits ^ _mix(index + np.uint32(0x9E3779B9))), _mix(bits + _mix(index ^ np.uint32(0x7F4A7C15)))
+
+
+def _mix(h: Any) -> Any:
     """MurmurHash3's 32-bit finaliser: every input bit flips about half the output bits."""
     h = h ^ (h >> 16)
-    h = h * jnp.uint32(0x85EBCA6B)
+    h = h * np.uint32(0x85EBCA6B)
     h = h ^ (h >> 13)
-    h = h * jnp.uint32(0xC2B2AE35)
+    h = h * np.uint32(0xC2B2AE35)
     return h ^ (h >> 16)
 
 
