@@ -31,7 +31,7 @@ def np_fingerprint(x):
 
 def make_state(rng):
     return {
-        "big": rng.normal(size=(300, 256)).astype(np.float32),  # over HOST_MAX_SIZE: its own reduction
+        "big": rng.normal(size=(300, 256)).astype(np.float32),  # over HOST_MAX_SIZE: on the devices
         "bias": rng.normal(size=(7,)).astype(np.float32),
         "half": rng.normal(size=(3, 5)).astype(ml_dtypes.bfloat16),
         "ids": rng.integers(-5, 5, size=(4, 3)).astype(np.int32),

@@ -189,6 +189,9 @@ def write_failures(directory: epath.Path, step: int | None) -> Iterator[None]:
 # depend on which one took it.
 HOST_MAX_SIZE = 1 << 16
 
+# The unsigned type each element width is read as (8-byte elements as two 4-byte halves).
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint32}
+
 
 def audit(state: Any) -> tuple[dict[str, str], bool]:
     """({array path: 64-bit fingerprint as hex}, whether every float in `state` is finite): small
@@ -234,8 +237,7 @@ def fingerprint(x: jax.Array) -> jax.Array:
     x = jnp.asarray(x)
     if x.dtype == jnp.bool_:
         x = x.astype(jnp.uint8)
-    bits = x if x.dtype == jnp.uint32 else jax.lax.bitcast_convert_type(
-        x, {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize])
+    bits = x if x.dtype == jnp.uint32 else jax.lax.bitcast_convert_type(x, _UNSIGNED[x.dtype.itemsize])
     if x.dtype.itemsize == 8:  # (..., 2) halves
         bits = _mix(bits[..., 0]) ^ bits[..., 1]
     index = jnp.zeros(x.shape, jnp.uint32)
@@ -251,7 +253,7 @@ def _host_fingerprint(x: np.ndarray) -> tuple[int, int]:
     """`fingerprint` in numpy, over the row-major flattening (the same flat index)."""
     x = np.ravel(x)
     x = x.astype(np.uint8) if x.dtype == np.bool_ else x
-    bits = x.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint32}[x.dtype.itemsize])
+    bits = x.view(_UNSIGNED[x.dtype.itemsize])
     if x.dtype.itemsize == 8:  # low and high halves, as the device's bitcast orders them
         bits = _mix(bits[0::2]) ^ bits[1::2]
     a, b = _lanes(bits.astype(np.uint32), np.arange(x.size, dtype=np.uint32))
