@@ -6,7 +6,10 @@ embeddings of each stack (`layernorm_embedding`), learned positions counted from
 (`position_offset=2`: fairseq reserves the first rows of the table), optional sqrt(d) token
 scaling (`scale_embeddings`). Encoder and decoder have their own position tables and embedding
 norms and share only the token table (`decoder_embeddings`). The output layer is tied to that
-table plus `final_logits_bias` [vocab]. The decoder starts from the end-of-sequence id
+table plus `final_logits_bias` [vocab], kept as a constant as Hugging Face keeps it (a buffer in
+PyTorch, behind `stop_gradient` in Flax; fairseq's BART has no output bias): it carries imported
+values (zero in BART's released checkpoints) and is never trained, which also spares every step
+a reduction over [tokens, vocab] for its gradient. The decoder starts from the end-of-sequence id
 (`shift_right(targets, eos)`, fairseq's convention).
 """
 
@@ -33,7 +36,7 @@ class Model(EncoderDecoder):
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True,
                  decode: bool = False) -> dict[str, jax.Array]:
         x = super().__call__(batch, deterministic=deterministic, decode=decode)
-        return {"logits": self.attend(x).astype(jnp.float32) + self.final_logits_bias}
+        return {"logits": self.attend(x).astype(jnp.float32) + jax.lax.stop_gradient(self.final_logits_bias)}
 
 
 

@@ -22,7 +22,9 @@ import optax
 
 from bertology.errors import UserError
 
-NO_DECAY = ("bias", "scale")  # biases and LayerNorm scales (LayerNorm biases are `bias` too)
+# Biases and LayerNorm scales (LayerNorm biases are `bias` too); BART's output bias, a constant
+# (models/bart.py), must not decay either.
+NO_DECAY = ("bias", "scale", "final_logits_bias")
 
 
 def _names(path) -> list[str]:
