@@ -1,7 +1,7 @@
 """Encoder-decoder families (T5, BART, MASS's BART network) and the seq2seq objective: the loss
 against a numpy reference (with and without label smoothing), the configs building and learning
-on hand-made batches, MASS's decoder positions, T5's head width and output scaling, and the FLOP
-count against XLA's own count of the compiled forward pass."""
+on hand-made batches, BART's untrained output bias, MASS's decoder positions, T5's head width and
+output scaling, and the FLOP count against XLA's own count of the compiled forward pass."""
 
 import pathlib
 
@@ -105,6 +105,29 @@ def test_tiny_configs_build_and_learn(spec, start):
     print(f"\n{spec}: loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     assert losses[0] == pytest.approx(np.log(vocab), rel=0.1)  # a fresh model predicts about uniformly
     assert losses[-1] < 0.7 * losses[0]  # it memorises the batch
+
+
+def test_bart_output_bias_is_used_but_never_trained():
+    """HF keeps `final_logits_bias` constant (a buffer; `stop_gradient` in Flax): imported values
+    shift the logits, and training (AdamW with weight decay) leaves them exactly as they were."""
+    c, model = tiny("bart:tiny", vocab_size=40, dropout_rate=0.0, attention_dropout_rate=0.0)
+    batch = random_batch(np.random.default_rng(2), 40, 2, 8, 6, start=2)
+    c.optimizer.update(warmup_steps=1, learning_rate=1e-2, weight_decay=0.1)
+    tx, lr = optimizer_lib.make(c.optimizer, 100)
+    state = jax.tree.map(lambda x: x, nn.meta.unbox(state_init(model, tx, batch)(jax.random.key(0))))
+    bias = np.random.default_rng(3).normal(size=40).astype(np.float32)
+    state["params"]["final_logits_bias"] = jnp.asarray(bias)
+    logits = model.apply({"params": state["params"]}, batch)["logits"]
+    unbiased = model.apply({"params": {**state["params"], "final_logits_bias": jnp.zeros(40)}}, batch)["logits"]
+    np.testing.assert_allclose(logits - unbiased, np.broadcast_to(bias, logits.shape), atol=1e-5)
+
+    before = jax.tree.map(np.asarray, state["params"])
+    step = jax.jit(make_train_step(model, objectives.get(c.objective), tx, lr, 1))
+    for _ in range(3):
+        state, _ = step(state, batch, jax.random.key(1))
+    np.testing.assert_array_equal(state["params"]["final_logits_bias"], bias)
+    moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), before, jax.tree.map(np.asarray, state["params"]))
+    assert sum(jax.tree.leaves(moved)) == len(jax.tree.leaves(moved)) - 1  # everything else trains
 
 
 def test_t5_presets_follow_the_papers():
