@@ -358,8 +358,8 @@ class HeadsDense(nn.Module):
     3-D logical axis names once a mesh is active, so the kernel is declared 3-D, one name per
     axis. The product runs as one 2-D matrix product over the flattened tokens and the merged
     (heads, kv) axis: written as a 3-D einsum its gradients contract two axes at once, which made
-    a whole BART-base or T5-small train step 2-3% slower on XLA:CPU
-    (benchmarks/train_step_seq2seq; numbers in the README).
+    a BART-base train step ~5% slower on XLA:CPU (T5-small's measured the same either way;
+    benchmarks/train_step_seq2seq, numbers in the README).
     """
 
     cfg: TransformerConfig
