@@ -278,13 +278,17 @@ import orbax.checkpoint as ocp
 sys.path.insert(0, {tests!r})
 original, calls = ocp.StandardCheckpointHandler.async_save, []
 class Stalled:  # a write that does not finish: the step is never committed
+    def __init__(self, writes):
+        self.writes = writes
     def result(self, timeout=None):
+        for write in self.writes:  # the arrays land in the temporary directory (created
+            write.result()         # asynchronously, which the writes wait for) ...
         print("WRITING", flush=True)
-        time.sleep(120)
+        time.sleep(120)            # ... and the step is never finalised
 async def stalled(self, *args, **kwargs):
     calls.append(1)
-    futures = await original(self, *args, **kwargs)
-    return [*(futures or []), Stalled()] if len(calls) == 2 else futures  # the step-4 save
+    futures = list(await original(self, *args, **kwargs) or [])
+    return [*futures, Stalled(futures)] if len(calls) == 2 else futures  # the step-4 save
 ocp.StandardCheckpointHandler.async_save = stalled
 from test_faults import fit
 fit(pathlib.Path({work!r}))
@@ -296,10 +300,13 @@ def test_kill_9_during_a_checkpoint_write_resumes_exactly(straight, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-c", KILLED_DURING_SAVE.format(tests=str(REPO / "tests"), work=str(work))],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    for line in proc.stdout:
-        if line.startswith("WRITING"):
+    output = []
+    for line in proc.stdout:  # training goes on meanwhile: its log lines share the pipe
+        output.append(line)
+        if "WRITING" in line:
             break
-    assert [p for p in (work / "checkpoints").iterdir() if "tmp" in p.name], list((work / "checkpoints").rglob("*"))
+    assert [p for p in (work / "checkpoints").iterdir() if "tmp" in p.name], (
+        [p.name for p in (work / "checkpoints").iterdir()], "".join(output[-30:]))
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
