@@ -13,6 +13,19 @@ there, when the model is built, which is also before anything is written.
 
 `optimizer.warmup_steps` larger than `total_steps` is allowed on purpose: the schedule clamps it
 (`train.optimizer.schedule`), which short smoke runs of the big recipes rely on.
+
+The masked-prediction cap must not cut the masking rate (`_check_predictions`). Masked-LM data
+(the `mlm` transform and those built on it, `unilm`: `data.masked_lm_prob` and
+`data.max_predictions_per_seq` are read only there) predicts, per row of n non-pad tokens,
+min(max_predictions_per_seq, max(1, round(masked_lm_prob · n))) positions (`data/masking.py`,
+BERT's create_pretraining_data; Python's rounding, half to even) whatever the unit: tokens, whole
+words, n-grams, spans or entities are chosen within that budget, and span or n-gram choices may
+stop short of it but never pass it. A full row (n = max_seq_length) is refused a cap below
+round(masked_lm_prob · max_seq_length): the rate asked for would silently be lower on long rows.
+A recipe whose reference caps below that on purpose (ALBERT and MobileBERT pretrain at length 512
+with 20 predictions) sets `data.allow_capped_predictions=True`. Other objectives that carry the two
+keys from `recipes.pretraining` without reading them (causal, span corruption, BART, MASS, XLNet,
+...) are not checked.
 """
 
 from __future__ import annotations
@@ -86,6 +99,7 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("data.max_seq_length", _integer(2), "tokens per row, special tokens included"),
     ("data.max_predictions_per_seq", _integer(1), "masked positions per row"),
     ("data.masked_lm_prob", _number(0, 1, lo_open=True), "the fraction of tokens masked"),
+    ("data.allow_capped_predictions", _boolean(), "whether the prediction cap may cut the masking rate"),
     ("data.mask_prob", _number(0, 1), "of the chosen tokens, the fraction replaced by [MASK]"),
     ("data.random_prob", _number(0, 1), "of the chosen tokens, the fraction replaced by a random token"),
     ("data.short_seq_prob", _number(0, 1), "the fraction of shorter rows"),
@@ -148,6 +162,7 @@ def check(config: ml_collections.ConfigDict) -> None:
         raise _refuse("data.random_prob", random, f"plus data.mask_prob={mask!r} exceeds 1",
                       "lower one of them (BERT: 0.8 [MASK] and 0.1 random)")
     _check_length(config)
+    _check_predictions(config)
     _check_batching(config)
     _check_xlnet(config)
     _check_eval(config)
@@ -181,6 +196,26 @@ def _check_length(config: ml_collections.ConfigDict) -> None:
     if length > room:
         raise _refuse("data.max_seq_length", length, f"exceeds the model's {room} positions "
                       f"(model.max_position_embeddings={table})", "lower data.max_seq_length or raise the table")
+
+
+def _check_predictions(config: ml_collections.ConfigDict) -> None:
+    """A full row's masked predictions, round(masked_lm_prob · max_seq_length), must fit
+    max_predictions_per_seq, for masked-LM data (see the module docstring)."""
+    keys = ("masked_lm_prob", "max_seq_length", "max_predictions_per_seq")
+    rate, length, cap = (_get(config, f"data.{k}") for k in keys)
+    if _MISSING in (rate, length, cap) or _get(config, "data.allow_capped_predictions") is True:
+        return
+    from bertology.data import transforms
+
+    transform = transforms.TRANSFORMS.get(config.data.get("objective", "mlm"))
+    if transform is None or not issubclass(transform, transforms.MaskedLM):
+        return
+    wanted = max(1, round(rate * length))
+    if wanted > cap:
+        raise _refuse("data.masked_lm_prob", rate, f"asks for round({rate!r} * {length}) = {wanted} predictions per "
+                      f"full row of data.max_seq_length={length} but data.max_predictions_per_seq={cap} caps them",
+                      f"set --config.data.max_predictions_per_seq to at least {wanted} "
+                      "or lower --config.data.masked_lm_prob")
 
 
 def _check_batching(config: ml_collections.ConfigDict) -> None:
