@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast clean
+.PHONY: demo lint test test-fast clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,13 @@ demo: $(STAMP)
 	rm -rf runs/demo
 	$(PY) -m bertology.pretrain --config configs/bert.py:tiny --workdir runs/demo
 
-# The whole test suite (what CI runs).
-test: $(STAMP)
+# The linter and the type checker on src/ (configured in pyproject.toml; seconds).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src
+	$(VENV)/bin/mypy
+
+# Lint, then the whole test suite (what CI runs).
+test: lint
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 # Skip the heavier checks marked `slow`.

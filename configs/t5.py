@@ -15,7 +15,7 @@ d_model**-0.5-scaled output start orders of magnitude too small to learn quickly
   60M and 220M parameters). v1.1: small 8+8, 512, 6 heads, d_ff 1024; base 12+12, 768, 12, 2048.
 - Data: `data.objective="span_corruption"` (noise density 0.15, mean span 3; the transform and
   its `data.noise.*` keys are the data side's); 512 input tokens whose targets hold at most 114
-  (`random_spans_helper`, see FACTS §5), 128 -> 29 for tiny. The vocabulary is `data.vocab`
+  (T5's `random_spans_helper`, text-to-text-transfer-transformer's preprocessors), 128 -> 29 for tiny. The vocabulary is `data.vocab`
   plus 100 sentinels (`data.extra_ids`): 32,100 on T5's 32k sentencepiece (Google's checkpoints
   pad the table to 32,128; an imported one keeps its rows), 8,100 on the shipped unigram for tiny.
 - Recipe: batch 128 x 512, 2^19 steps, 10k warmup. The paper's Adafactor with an inverse
@@ -43,7 +43,7 @@ SIZES = {
     "v1_1_small": (8, 512, 6, 1024),
     "v1_1_base": (12, 768, 12, 2048),
 }
-TARGET_LENGTH = {128: 29, 512: 114}  # span corruption's target length for an input length (FACTS §5)
+TARGET_LENGTH = {128: 29, 512: 114}  # span corruption's target length for an input length (`random_spans_helper`)
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:

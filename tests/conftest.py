@@ -12,14 +12,21 @@ lives only as long as the session, so no test can pass because of an executable 
 older version of the code. `JAX_ENABLE_COMPILATION_CACHE=false` runs a session without it.
 The tokenized corpora and the embedded corpus are shared the same way (one `BERTOLOGY_CACHE`
 per session, which the data code writes atomically, so two workers may race to build an entry).
+
+Helpers several test files share live in tests/helpers.py (`import helpers`; this file puts
+tests/ on sys.path), the fixtures they share here; no test file imports another.
 """
 
 import os
+import pathlib
 import shutil
+import sys
 import tempfile
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if str(pathlib.Path(__file__).parent) not in sys.path:  # `import helpers` under any import mode
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 import pytest  # noqa: E402
 
@@ -50,3 +57,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def _cache(monkeypatch):
     """Tokenized corpora and the embedded corpus go to the session's cache, never ~/.cache."""
     monkeypatch.setenv("BERTOLOGY_CACHE", os.environ[DATA_CACHE])
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny BERT pretrained for 3 steps on a small text file.
+
+    Its init is 10x BERT's (0.2): at 0.02 a barely trained encoder attends almost uniformly and
+    its [CLS] vector hardly depends on the input, so a frozen encoder would give a head nothing.
+    """
+    from helpers import FIXTURES, TINY, config  # imported here: jax reads this session's cache settings at import
+
+    from bertology.train.loop import train
+
+    root = tmp_path_factory.mktemp("pretrained")
+    sentences = [line for line in (FIXTURES / "glue" / "SST-2" / "train.tsv").read_text().splitlines()[1:]]
+    docs = ["\n".join(s.split("\t")[0] for s in sentences[i:i + 2]) for i in range(0, 8, 2)]
+    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n")
+    c = config("bert", "tiny")
+    c.model.update(TINY)
+    c.model.initializer_range = 0.2
+    c.data.corpus = str(root / "corpus.txt")
+    c.data.max_seq_length, c.data.max_predictions_per_seq = 32, 5
+    c.batch_size, c.total_steps, c.eval_every, c.checkpoint_every, c.log_every = 4, 3, 0, 1000, 1
+    c.mesh.shape = (1, 1)
+    train(c, root / "run")
+    return root / "run"

@@ -4,11 +4,10 @@ float32, dropout off) however unevenly the batch's weight falls on them, and wit
 no accumulation every loss and metric is the formula the objectives used before they returned
 undivided means (numpy, from the model's outputs)."""
 
-import importlib.util
-import pathlib
 import re
 
 import flax.linen as nn
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,7 +22,6 @@ from bertology.train import optimizer as optimizer_lib
 from bertology.train.step import make_train_step, state_init
 from bertology.train.step import accumulated_gradients
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 VOCAB, B, L, P, CHOICES = 40, 8, 16, 4, 3
 # Microbatch i of k takes rows i, i+k, ...: with k=2 one microbatch holds 16 predictions and 104
 # real tokens, the other 1 and 21; with k=4 they hold 8, 0, 8 and 1 predictions.
@@ -32,13 +30,6 @@ PREDICTIONS = np.array([4, 0, 4, 1, 4, 0, 4, 0])
 PRETRAINING = ["bert", "roberta", "albert", "spanbert", "electra", "electra_15", "replace_mlm", "all_tokens_mlm"]
 FINETUNING = ["classification", "regression", "token", "qa", "choice"]
 ROWS = np.arange(B)[:, None]
-
-
-def load_config(family):
-    spec = importlib.util.spec_from_file_location(f"cfg_{family}", REPO / "configs" / f"{family}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config("tiny")
 
 
 def pretraining_batch(rng):
@@ -67,7 +58,7 @@ def case(name):
     rng = np.random.default_rng(0)
     if name in PRETRAINING:
         family = "electra" if name in ("electra_15", "replace_mlm", "all_tokens_mlm") else name
-        c = load_config(family)
+        c = helpers.config(family, "tiny")
         c.model.update(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
                        dropout_rate=0.0, attention_dropout_rate=0.0)
         if "embedding_size" in c.model:
@@ -210,7 +201,7 @@ def test_accumulation_reads_the_weights_without_running_the_model():
     """The pass that reads the whole batch's weights is dropped by XLA: a step with k=2 compiles
     to as many matrix products as a step with k=1 (the model once, in the microbatch loop)."""
     model, _, batch, objective = case("bert")
-    tx, lr = optimizer_lib.make(load_config("bert").optimizer, 10)
+    tx, lr = optimizer_lib.make(helpers.config("bert", "tiny").optimizer, 10)
     init = state_init(model, tx, {k: v[:1] for k, v in batch.items()})
     state = jax.eval_shape(lambda k: nn.meta.unbox(init(k)), jax.random.key(0))
 

@@ -17,6 +17,7 @@ import ml_collections
 import numpy as np
 import pytest
 from etils import epath
+from helpers import REPO
 
 from bertology import convert, features, finetune, models, pretrain, sweep, tokenizer, validation
 from bertology.data import corpus as corpus_lib
@@ -25,7 +26,6 @@ from bertology.data.tokenizers import load_tokenizer
 from bertology.train.checkpoint import Checkpointer
 from bertology.train.run import write_config
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 WORDS = ("the", "model", "reads", "a", "sentence", "and", "returns", "its", "value", "for", "each", "token")
 
 MAINS = {
@@ -219,6 +219,7 @@ def _config_args() -> list[tuple[str, str | None]]:
         "electra.py": [p + v for p in ELECTRA_SIZES for v in variants], "elmo.py": ["tiny", "small", "original"],
         "gpt.py": ["tiny", "gpt1", "gpt2", "gpt2_medium"], "lstm_lm.py": list(LSTM), "mass.py": ["tiny", "base"],
         "minilm_student.py": ["1", "3", "6"],
+        "megatron_bert.py": ["tiny", "345m"],
         "mobilebert.py": ["tiny", "tiny,0", "tiny,1", "base", "base,0", "base,23"],
         "roberta.py": list(BERT_SIZES), "seq_autoencoder.py": list(LSTM), "spanbert.py": list(BERT_SIZES),
         "t5.py": ["tiny", "small", "base", "v1_1_tiny", "v1_1_small", "v1_1_base"], "tinybert.py": list(BERT_SIZES),

@@ -12,7 +12,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_interop_seq2seq import build_hf  # noqa: E402
+from helpers import BEAM_SOURCE_LENGTHS as SOURCE_LENGTHS  # noqa: E402
+from helpers import NEW, START, build_hf, hf_generate, until_eos  # noqa: E402
 
 from bertology import models  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
@@ -20,9 +21,6 @@ from bertology.generation import beam_search, generate  # noqa: E402
 from bertology.interop import import_hf  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
 
-SOURCE_LENGTHS = (9, 4, 6, 2)  # right-padded rows of one batch
-NEW = 8
-START = {"bart": 2, "t5_v1_0": 0, "t5_v1_1": 0}  # decoder_start_token_id: BART's EOS, T5's pad
 SETTINGS = [  # (num_beams, length_penalty, early_stopping)
     (3, 1.0, False),
     (4, 0.6, True),
@@ -50,22 +48,6 @@ def converted(request, tmp_path_factory):
     greedy = generate(model, params, ids, mask, max_new_tokens=NEW, decoder_start_id=START[name])
     eos = int(np.bincount(greedy[:, 1:].ravel()).argmax())
     return name, hf, model, params, (ids, mask), eos
-
-
-def hf_generate(hf, sources, eos: int, start: int, **settings):
-    ids, mask = sources
-    with torch.no_grad():
-        return hf.generate(
-            input_ids=torch.tensor(ids).long(), attention_mask=torch.tensor(mask).long(), max_new_tokens=NEW,
-            do_sample=False, eos_token_id=eos, pad_token_id=hf.config.pad_token_id, decoder_start_token_id=start,
-            no_repeat_ngram_size=0, forced_eos_token_id=None, forced_bos_token_id=None, min_length=0,
-            repetition_penalty=1.0, return_dict_in_generate=True, output_scores=True, **settings)
-
-
-def until_eos(row, eos: int) -> list[int]:
-    """The tokens up to and including the first EOS (what follows is each library's filler)."""
-    row = [int(t) for t in row]
-    return row[: row.index(eos) + 1] if eos in row else row
 
 
 def test_greedy_equals_transformers(converted):

@@ -1,12 +1,10 @@
 """Bad input ends the CLI with one clear line, a non-zero status and no traceback."""
 
-import pathlib
 import subprocess
 import sys
 
 import pytest
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from helpers import REPO
 
 
 def run_cli(*args, tmp_path):

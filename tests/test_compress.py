@@ -3,9 +3,6 @@ moving-average ranges, int8 inference equal to the fake-quantized model), magnit
 pruning (Zhu & Gupta's schedule, sparsity reached, pruned weights stay 0, Michel's importance),
 and TinyBERT's prediction-layer distillation from a fine-tuned teacher."""
 
-import pathlib
-import sys
-
 import flax.linen as nn
 import flax.serialization
 import jax
@@ -13,22 +10,22 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import tiny
 
 from bertology import models
 from bertology.errors import UserError
+from bertology.models import layout
 from bertology.models.tasks import TaskModel
 from bertology.train import prune as prune_lib
 from bertology.train import quantize as qz
 from bertology.train.checkpoint import load_params
 from bertology.train.finetune import finetune
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_finetune import tiny  # noqa: E402
-
 V, L = 40, 10
-CFG = models.encoder_config({"family": "bert", "num_layers": 2, "vocab_size": V, "hidden_size": 16, "num_heads": 4,
-                             "intermediate_size": 32, "max_position_embeddings": L, "dropout_rate": 0.0,
-                             "attention_dropout_rate": 0.0})
+SIZES = {"num_layers": 2, "vocab_size": V, "hidden_size": 16, "num_heads": 4, "intermediate_size": 32,
+         "max_position_embeddings": L, "dropout_rate": 0.0, "attention_dropout_rate": 0.0}
+CFG = models.encoder_config({"family": "bert", **SIZES})
+STACK = layout.stack_layer_index
 
 
 def _batch(seed=0):
@@ -119,21 +116,21 @@ def test_magnitude_pruning_reaches_its_sparsity_and_pruned_weights_stay_zero(sco
     model = TaskModel(CFG, "classification", 3)
     params = _init(model)
     plan = prune_lib.Plan(kind="magnitude", sparsity=0.75, scope=scope, begin=2, end=10, every=2)
-    tx = prune_lib.pruned(optax.sgd(0.05), plan)
+    tx = prune_lib.pruned(optax.sgd(0.05), plan, STACK)
     state = tx.init(params)
-    where = prune_lib.prunable(params)
+    where = prune_lib.prunable(params, STACK)
     loss = jax.jit(jax.grad(lambda p, b: model.apply({"params": p}, b)["logits"].std()))
     zero_before = None
     for step in range(1, 16):
         updates, state = tx.update(loss(params, _batch(step)), state, params)
         params = optax.apply_updates(params, updates)
-        got = prune_lib.sparsity(params)
+        got = prune_lib.sparsity(params, STACK)
         assert got == pytest.approx(float(prune_lib.cubic_sparsity(step - step % 2, plan)), abs=2e-3)
         zero = [np.asarray(w) == 0 for w, p in zip(jax.tree.leaves(params), jax.tree.leaves(where)) if p]
         if zero_before is not None:  # once pruned, always 0 (the optimizer keeps proposing updates)
             assert all(np.all(z[b]) for z, b in zip(zero, zero_before))
         zero_before = zero
-    assert prune_lib.sparsity(params) == pytest.approx(0.75, abs=2e-3)
+    assert prune_lib.sparsity(params, STACK) == pytest.approx(0.75, abs=2e-3)
     if scope == "per_matrix":
         for w, p in zip(jax.tree.leaves(params), jax.tree.leaves(where)):
             if p:
@@ -165,13 +162,13 @@ def test_head_pruning_removes_the_least_important_heads():
     model = TaskModel(CFG, "classification", 3)
     params = _init(model)
     plan = prune_lib.Plan(kind="heads", sparsity=0.5, begin=1, end=4, every=1)
-    tx = prune_lib.pruned(optax.sgd(0.05), plan)
+    tx = prune_lib.pruned(optax.sgd(0.05), plan, STACK)
     state = tx.init(params)
     grad = jax.jit(jax.grad(lambda p, b: jnp.sum(model.apply({"params": p}, b)["logits"] ** 2)))
     for step in range(1, 8):
         updates, state = tx.update(grad(params, _batch(step)), state, params)
         params = optax.apply_updates(params, updates)
-    assert sum(prune_lib.heads_left(params)) == 4  # half of 2 x 4
+    assert sum(prune_lib.heads_left(params, STACK)) == 4  # half of 2 x 4
     kept = np.asarray(state.heads)
     for i in range(2):
         attn = params["encoder"][f"attention_{i}"]
@@ -185,9 +182,84 @@ def test_pruned_finetuning_reaches_its_sparsity(tmp_path):
                                                                     "prune.every": 5}), tmp_path)
     assert result["sparsity"] == pytest.approx(0.9, abs=1e-3)
     params, _ = load_params(tmp_path)
-    assert prune_lib.sparsity(params) == pytest.approx(0.9, abs=1e-3)
+    assert prune_lib.sparsity(params, STACK) == pytest.approx(0.9, abs=1e-3)
     with pytest.raises(UserError, match="prune.kind='lottery' is not one of"):
         finetune(tiny("sst2", "glue/SST-2", **{"prune.kind": "lottery"}), tmp_path / "bad")
+
+
+# --- every stack layout: the family's layer_index, not a parameter-name pattern ----------------------------
+
+LAYOUTS = {
+    "unscanned": {"family": "bert", **SIZES},
+    "scanned": {"family": "bert", **SIZES, "scan_layers": True},
+    "mobilebert": {"family": "mobilebert", **SIZES, "embedding_size": 8, "intra_bottleneck_size": 8,
+                   "num_feedforward_networks": 2},
+}
+
+
+def _on_layout(name):
+    """A classifier on the `name` trunk layout, and that family's layer_index."""
+    block = LAYOUTS[name]
+    family = models.family(block["family"])
+    return TaskModel(family.trunk_config(block), "classification", 3, "full", block["family"]), family.layer_index
+
+
+def _layer_kernels(params, name):
+    """The layer kernels, found from the tree by each layout's own naming (not through layer_index)."""
+    top = {"scanned": lambda k: k == "layers", "mobilebert": lambda k: k.startswith("layer_"),
+           "unscanned": lambda k: k.split("_")[0] in ("attention", "ffn")}[name]
+    return [w for path, w in jax.tree_util.tree_leaves_with_path(params)
+            if path[0].key == "encoder" and top(path[1].key) and path[-1].key == "kernel"]
+
+
+@pytest.mark.parametrize("scope", ["global", "per_matrix"])
+@pytest.mark.parametrize("name", ["scanned", "mobilebert"])
+def test_magnitude_pruning_reaches_its_sparsity_on_every_stack_layout(name, scope):
+    """A scanned stack (`layers`, layer = leading axis) and MobileBERT's `layer_{i}` modules are
+    pruned like the unscanned stack: every layer kernel is prunable, the run reaches the sparsity,
+    and per_matrix prunes each layer's slice of a scanned kernel to it (once: nothing was pruned
+    there, and `sparsity` divided by zero)."""
+    model, index = _on_layout(name)
+    params = _init(model)
+    where = prune_lib.prunable(params, index)
+    kernels = _layer_kernels(params, name)
+    assert sum(w.size for w, p in zip(jax.tree.leaves(params), jax.tree.leaves(where)) if p) == sum(w.size for w in kernels)
+    plan = prune_lib.Plan(kind="magnitude", sparsity=0.5, scope=scope, begin=1, end=3, every=1)
+    tx = prune_lib.pruned(optax.sgd(0.05), plan, index)
+    state = tx.init(params)
+    loss, update = jax.jit(jax.grad(lambda p, b: model.apply({"params": p}, b)["logits"].std())), jax.jit(tx.update)
+    for step in range(1, 5):
+        updates, state = update(loss(params, _batch(step)), state, params)
+        params = optax.apply_updates(params, updates)
+    assert prune_lib.sparsity(params, index) == pytest.approx(0.5, abs=2e-3)
+    kernels = _layer_kernels(params, name)
+    zeros = sum(int(np.sum(np.asarray(w) == 0)) for w in kernels)
+    assert zeros / sum(w.size for w in kernels) == pytest.approx(0.5, abs=2e-3)
+    if scope == "per_matrix":
+        for w in kernels:
+            for matrix in (np.asarray(w) if name == "scanned" else np.asarray(w)[None]):
+                assert np.mean(matrix == 0) == pytest.approx(0.5, abs=1 / matrix.size + 1e-9)
+
+
+def test_head_pruning_reaches_mobilebert_layers_and_refuses_a_scanned_stack():
+    model, index = _on_layout("mobilebert")
+    params = _init(model)
+    plan = prune_lib.Plan(kind="heads", sparsity=0.5, begin=1, end=4, every=1)
+    tx = prune_lib.pruned(optax.sgd(0.05), plan, index)
+    state = tx.init(params)
+    assert state.heads.shape == (2, 4)
+    grad = jax.jit(jax.grad(lambda p, b: jnp.sum(model.apply({"params": p}, b)["logits"] ** 2)))
+    for step in range(1, 6):
+        updates, state = tx.update(grad(params, _batch(step)), state, params)
+        params = optax.apply_updates(params, updates)
+    assert sum(prune_lib.heads_left(params, index)) == 4
+    for i in range(2):
+        gone = np.asarray(state.heads)[i] == 0
+        out = np.asarray(params["encoder"][f"layer_{i}"]["attention"]["output"]["kernel"])
+        assert np.all(out[gone] == 0) and np.all(out[~gone] != 0)
+    model, index = _on_layout("scanned")
+    with pytest.raises(UserError, match="scan_layers=False"):
+        prune_lib.pruned(optax.sgd(0.05), plan, index).init(_init(model))
 
 
 # --- TinyBERT's prediction layer -------------------------------------------------------------------------

@@ -4,21 +4,20 @@ distillation whose loss falls, exact resume with a teacher, and HF DistilBertFor
 
 import json
 import os
-import pathlib
 import shutil
-import sys
 
 import flax.linen as nn
+import helpers
 import jax
 import ml_collections
 import numpy as np
 import pytest
+from helpers import assert_teacher_frozen_while_the_student_trains
 
 from bertology import models, objectives
 from bertology.errors import UserError
 from bertology.models import distilbert
 from bertology.objectives.distil import token_outputs
-from bertology.train import optimizer as optimizer_lib
 from bertology.train import run as run_lib
 from bertology.train import teacher as teacher_lib
 from bertology.train.checkpoint import load_params
@@ -26,10 +25,6 @@ from bertology.train.loop import train
 from bertology.train.teacher import WithTeacher
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "configs"))
-import bert as bert_config  # noqa: E402
-import distilbert as distilbert_config  # noqa: E402
 
 V, L, B = 61, 10, 3
 SMALL = dict(vocab_size=V, hidden_size=16, num_heads=2, intermediate_size=32, max_position_embeddings=L,
@@ -139,8 +134,8 @@ RUN = {"data.max_seq_length": 32, "data.max_predictions_per_seq": 5, "batch_size
        "log_every": 5, "eval_every": 0, "checkpoint_every": 1000}
 
 
-def _config(module, preset, **overrides):
-    c = module.get_config(preset)
+def _config(name, preset, **overrides):
+    c = helpers.config(name, preset)
     for key, value in {**RUN, **overrides}.items():
         node = c
         *parents, leaf = key.split(".")
@@ -153,13 +148,13 @@ def _config(module, preset, **overrides):
 @pytest.fixture(scope="module")
 def teacher_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("teacher")
-    train(_config(bert_config, "tiny", total_steps=20, **{"optimizer.warmup_steps": 5}), d)
+    train(_config("bert", "tiny", total_steps=20, **{"optimizer.warmup_steps": 5}), d)
     return d
 
 
 def _student(teacher_dir, **overrides):
     # the tiny preset halves the teacher's 2 layers to 1
-    return _config(distilbert_config, "tiny",
+    return _config("distilbert", "tiny",
                    **{"teacher_checkpoint": str(teacher_dir), "optimizer.warmup_steps": 5, **overrides})
 
 
@@ -180,33 +175,6 @@ def test_distillation_learns_keeps_the_teacher_frozen_and_out_of_checkpoints(tea
     config.data.vocab = teacher.config["data"]["vocab"]
     batch = {k: np.tile(v, (3, 1))[:8] for k, v in _batch().items()}  # 8 rows of L tokens
     assert_teacher_frozen_while_the_student_trains(config, batch, teacher, teacher_params, tmp_path / "frozen", 3)
-
-
-def assert_teacher_frozen_while_the_student_trains(config, batch, teacher, expected, workdir, steps):
-    """`steps` training steps on `batch` with `teacher` in the run: the student's parameters move,
-    the teacher as placed on the mesh stays bit-identical to `expected` (dtype included)."""
-
-    class Rows:
-        def __next__(self):
-            return batch
-
-        def get_state(self):
-            return {}
-
-        def set_state(self, state):
-            pass
-
-    with run_lib.setup(config, workdir, model=models.build(config.model),
-                       objective=objectives.get(config.objective), example={k: v[:1] for k, v in batch.items()},
-                       optimizer=lambda _: optimizer_lib.make(config.optimizer, config.total_steps),
-                       teacher=teacher) as run:
-        before = jax.tree.map(np.array, run.state["params"])
-        run.fit(Rows(), steps)
-        after_teacher = jax.tree.map(np.asarray, run.teacher_params)
-        changed = jax.tree.leaves(jax.tree.map(lambda a, b: not np.array_equal(a, b), before, run.state["params"]))
-    assert any(changed), "the student trains"
-    same = jax.tree.map(lambda a, b: a.dtype == b.dtype and np.array_equal(a, b), expected, after_teacher)
-    assert jax.tree.all(same)
 
 
 def test_resume_with_a_teacher_is_exact(teacher_dir, tmp_path):

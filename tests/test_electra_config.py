@@ -6,17 +6,16 @@ refuses a config whose cap cuts the masking rate it asks for."""
 from __future__ import annotations
 
 import json
-import pathlib
 
 import ml_collections
 import pytest
 from etils import epath
+from helpers import REPO
 
 from bertology import cli, sweep, validation
 from bertology.errors import UserError
 from bertology.train.run import check_config_drift, write_config
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 ELECTRA = REPO / "configs" / "electra.py"
 
 

@@ -6,23 +6,20 @@ the embedded corpus, and the reference's hdf5 dataset names.
 """
 
 import json
-import pathlib
 import shutil
-import sys
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import _two_topic_sst2
 
 from bertology import pretrain
 from bertology.data import transforms, words
 from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
 from bertology.models import elmo
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
-import elmo as elmo_config  # noqa: E402
 
 TINY = elmo.ElmoConfig(vocab_size=37, filters=((1, 4), (2, 6), (3, 8)), n_highway=1, projection_dim=8, lstm_dim=12,
                        max_characters_per_token=10, dropout_rate=0.0)
@@ -168,7 +165,7 @@ def test_stateful_segments_equal_one_long_scan():
 def _tiny_stateful(workdir, steps, **overrides):
     from bertology.train.loop import train
 
-    c = elmo_config.get_config("tiny")
+    c = helpers.config("elmo", "tiny")
     c.model.update(filters=[[1, 4], [2, 8]], projection_dim=16, lstm_dim=24)
     c.update(batch_size=8, total_steps=steps, log_every=1, eval_every=0, checkpoint_every=3, seed=3)
     c.data.max_seq_length = 6
@@ -235,22 +232,6 @@ def elmo_run(tmp_path_factory):
     return root
 
 
-def _two_topic_sst2(root: pathlib.Path, vocab: str) -> pathlib.Path:
-    """An SST-2-layout task whose label is the topic of the words (files vs numbers), all of them
-    in the biLM's word vocabulary."""
-    topics = [["file", "open", "read", "path", "directory", "write", "close"],
-              ["number", "integer", "float", "value", "sum", "zero", "int"]]
-    known = set(pathlib.Path(vocab).read_text().split())
-    assert all(w in known for t in topics for w in t)
-    rng = np.random.default_rng(0)
-    (root / "SST-2").mkdir(parents=True)
-    for split, n in (("train", 96), ("dev", 16)):
-        labels = np.arange(n) % 2
-        lines = [" ".join(rng.choice(topics[y], rng.integers(3, 7))) + f"\t{y}" for y in labels]
-        (root / "SST-2" / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(lines) + "\n")
-    return root / "SST-2"
-
-
 def test_classification_from_elmo_features_learns_and_leaves_the_bilm_frozen(tmp_path, elmo_run):
     from bertology.train.checkpoint import load_params
     from bertology.train.finetune import default_config, finetune
@@ -274,7 +255,7 @@ def test_classification_from_elmo_features_learns_and_leaves_the_bilm_frozen(tmp
 
 @pytest.mark.parametrize("mode", ["full", "adapters"])
 def test_elmo_fine_tunes_only_frozen(tmp_path, elmo_run, mode):
-    """The family states its modes (`TASK_MODES`): the biLM is used through the scalar mix only,
+    """The family states its modes (its record's `task_modes`): the biLM is used through the scalar mix only,
     and the one-line error says so for both other modes."""
     from bertology.train.finetune import default_config, finetune
 

@@ -1,10 +1,8 @@
 """The BERT family as configs: each objective against numpy, ALBERT's sizes and sharing,
 ELECTRA's sampling rules, the instance builders, and every tiny config learning on 1 and 8 devices."""
 
-import importlib.util
-import pathlib
-
 import flax.linen as nn
+import helpers
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -19,15 +17,7 @@ from bertology.models.transformer import TransformerConfig
 from bertology.models.heads import SpanBoundaryHead
 from bertology.objectives.electra import replace_with_samples, rtd_loss
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 FAMILIES = ["bert", "roberta", "albert", "electra", "spanbert"]
-
-
-def load_config(family, arg):
-    spec = importlib.util.spec_from_file_location(f"cfg_{family}", REPO / "configs" / f"{family}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
 
 
 def _ln(x, p, eps=1e-12):
@@ -46,7 +36,7 @@ def _bce(logits, labels):
 # --- objectives against numpy -------------------------------------------------------------------
 
 def test_sop_loss_is_the_pair_classifier_loss_on_swapped_labels():
-    cfg = load_config("albert", "tiny")
+    cfg = helpers.config("albert", "tiny")
     cfg.model.vocab_size = 50
     model = models.build(cfg.model)
     rng = np.random.default_rng(0)
@@ -181,7 +171,7 @@ def test_discriminator_loss_sends_no_gradient_into_the_generator():
     ("xxlarge", 235, 0.051),
 ])
 def test_albert_parameter_counts(preset, paper_millions, tolerance):
-    cfg = load_config("albert", preset)
+    cfg = helpers.config("albert", preset)
     cfg.model.vocab_size = 30000
     model = models.build(cfg.model)
     batch = dict(input_ids=jnp.ones((1, 8), jnp.int32), input_mask=jnp.ones((1, 8), jnp.int32),
@@ -272,7 +262,7 @@ def test_tiny_family_learns_on_one_and_eight_devices(family, tmp_path):
     # One device learns for 50 steps; eight devices repeat its first 15 on the same schedule (the
     # step-by-step equality of the losses is what 1-vs-8 checks; more steps only cost time).
     for shape, steps in [((1, 1), 50), ((8, 1), 15)]:
-        c = load_config(family, "tiny")
+        c = helpers.config(family, "tiny")
         c.batch_size, c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = 8, steps, 1, 0, 1000
         c.optimizer.warmup_steps, c.optimizer.schedule_steps = 10, 50
         c.data.max_seq_length, c.data.max_predictions_per_seq = 64, 10
@@ -291,7 +281,7 @@ def test_heads_read_the_same_states_as_from_the_full_last_layer(family, monkeypa
     equal those of an encoder that runs the full last layer and gathers."""
     from bertology.models.transformer import Encoder, gather_positions
 
-    c = load_config(family, "tiny")
+    c = helpers.config(family, "tiny")
     c.model.vocab_size = 50
     model = models.build(c.model)
     rng = np.random.default_rng(0)
@@ -337,7 +327,7 @@ def test_packed_instances_flow_through_the_stream():
     rng = np.random.default_rng(0)
     docs = [[rng.integers(10, 2000, rng.integers(3, 15)).astype(np.int32) for _ in range(rng.integers(1, 4))]
             for _ in range(60)]
-    c = load_config("roberta", "tiny").data
+    c = helpers.config("roberta", "tiny").data
     c.update(instances="packed", max_seq_length=64, vocab=None)
     batch = next(PretrainingStream(docs, tok, c, batch_size=16, seed=0))
     ids, pid, pos = batch["input_ids"], batch["packing_ids"], batch["positions"]
@@ -364,7 +354,7 @@ def test_every_family_trains_on_packed_rows(family):
     rng = np.random.default_rng(0)
     docs = [[rng.integers(10, 2000, rng.integers(3, 15)).astype(np.int32) for _ in range(rng.integers(1, 4))]
             for _ in range(60)]
-    c = load_config(family, "tiny")
+    c = helpers.config(family, "tiny")
     c.data.update(instances="packed", max_seq_length=64, masking="dynamic", vocab=None,
                   **({"mask_unit": "token"} if family == "spanbert" else {}))
     if family == "spanbert":

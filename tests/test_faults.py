@@ -1,14 +1,13 @@
 """Faults a long run must survive (issue 18), each injected: divergence, damaged checkpoints,
 a full disk, two runs on one workdir, a config changed on resume, SIGTERM, kill -9 mid-save.
 
-Most use the run setup with the bigram LM of tests/test_run.py (a second a run); divergence uses
+Most use the run setup with the bigram LM of tests/helpers.py (a second a run); divergence uses
 the tiny BERT. "Exact" means bit-identical losses and parameters to an uninterrupted run.
 """
 
 import errno
 import json
 import os
-import pathlib
 import shutil
 import signal
 import socket
@@ -21,14 +20,13 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 import pytest
+from helpers import LM, REPO, Bigram, Cycle, bigram_config, lm_batch, tiny_config
 
 from bertology import cli
 from bertology.errors import UserError
 from bertology.train import run as run_lib
 from bertology.train.checkpoint import Checkpointer, load_params
-from test_run import LM, Bigram, Cycle, config, lm_batch
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS, EVERY = 6, 2
 
 
@@ -40,7 +38,7 @@ def data():
 def fit(workdir, total=STEPS, batches=None, **overrides):
     """Train the bigram LM with Adam to `total` steps in `workdir`, checkpointing every EVERY."""
     batches = batches or Cycle(data())
-    c = config(**{"eval_every": 0, "checkpoint_every": EVERY, "keep_checkpoints": 10, **overrides})
+    c = bigram_config(**{"eval_every": 0, "checkpoint_every": EVERY, "keep_checkpoints": 10, **overrides})
     with run_lib.setup(c, workdir, model=Bigram(), objective=LM, example={k: v[:1] for k, v in data()[0].items()},
                        optimizer=lambda _: (optax.adam(0.05), optax.constant_schedule(0.05))) as run:
         return run.fit(batches, total)
@@ -146,7 +144,6 @@ def test_a_nonfinite_state_is_never_checkpointed(tmp_path):
 
 @pytest.mark.slow
 def test_a_diverging_bert_stops_with_one_line_and_keeps_its_last_good_checkpoint(tmp_path):
-    from test_train import tiny_config
     from bertology.train.loop import train
 
     cfg = tiny_config(total_steps=12, checkpoint_every=1, keep_checkpoints=20,

@@ -3,16 +3,17 @@
 import subprocess
 import sys
 
+import helpers
 import numpy as np
 import pytest
+from helpers import REPO, tiny, write_run
 
 from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
 from bertology.features import extract
-from test_finetune import REPO, pretrained, tiny  # noqa: F401 (the module-scoped pretraining fixture)
 
 
-def test_sentence_vector_is_the_masked_mean(pretrained):  # noqa: F811
+def test_sentence_vector_is_the_masked_mean(pretrained):
     out = extract(pretrained, ["the river bank", "a much longer sentence about the money bank"], max_seq_length=16)
     mask = out["input_mask"].astype(bool)
     for i in range(2):
@@ -20,7 +21,7 @@ def test_sentence_vector_is_the_masked_mean(pretrained):  # noqa: F811
         assert not out["tokens"][i][~mask[i]].any()  # padding positions are zero
 
 
-def test_layers_padding_and_context(pretrained):  # noqa: F811
+def test_layers_padding_and_context(pretrained):
     texts = ["open file", "read file"]
     tokenizer = load_tokenizer(REPO / "src/bertology/data/assets/wordpiece_uncased_8k.txt")
     assert [len(tokenizer.encode(t)) for t in texts] == [2, 2]  # "file" sits at position 2 in both
@@ -35,7 +36,7 @@ def test_layers_padding_and_context(pretrained):  # noqa: F811
         extract(pretrained, texts, layers=[7], max_seq_length=8)
 
 
-def test_cli(pretrained, tmp_path):  # noqa: F811
+def test_cli(pretrained, tmp_path):
     (tmp_path / "in.txt").write_text("the river bank\n\nmoney\n")
     run = lambda *a: subprocess.run([sys.executable, "-m", "bertology.features", *a], capture_output=True,  # noqa: E731
                                     text=True, timeout=300, cwd=REPO)
@@ -54,8 +55,6 @@ def test_features_are_the_fine_tuning_trunks_layers(family, tmp_path):
     """A tiny random run of each family: every layer `extract` gives is the layer of the trunk the
     task model builds (the family's `task_trunk` for MobileBERT and XLNet, the shared Encoder for
     BERT), read from the TaskModel itself, zero at padding."""
-    import importlib.util
-
     import flax.linen as nn
     import jax
 
@@ -63,12 +62,8 @@ def test_features_are_the_fine_tuning_trunks_layers(family, tmp_path):
     from bertology.data.tokenizers import for_data
     from bertology.models.tasks import TaskModel
     from bertology.train.checkpoint import load_params
-    from test_generation import write_run
 
-    spec = importlib.util.spec_from_file_location(family, REPO / "configs" / f"{family}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config("tiny")
+    config = helpers.config(family, "tiny")
     config.model.vocab_size = for_data(config.data).vocab_size
     texts = ["the cat sat on the mat .", "a much longer sentence about modules and their functions ."]
     out = extract(write_run(tmp_path / "run", config, _random_params(config)), texts, layers=(0,), max_seq_length=16)
@@ -103,7 +98,7 @@ def _random_params(config) -> dict:
     return nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])
 
 
-def test_rows_longer_than_the_position_table_are_refused_in_one_line(pretrained, tmp_path):  # noqa: F811
+def test_rows_longer_than_the_position_table_are_refused_in_one_line(pretrained, tmp_path):
     """Features and fine-tuning refuse rows past the pretrained trunk's 64 learned positions (one
     rule, `tasks.check_length`), rather than read clamped positions."""
     from bertology.train.finetune import finetune

@@ -2,68 +2,30 @@
 
 import json
 import os
-import pathlib
 import signal
 import subprocess
 import sys
 import threading
 import time
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import FIXTURES, REPO, tiny
 
 from bertology import finetune as finetune_cli
-from bertology import tasks
+from bertology import models, tasks
+from bertology.data.rows import ShuffledRows
 from bertology.errors import UserError
 from bertology.evaluation import outputs
+from bertology.models import layout
+from bertology.models.tasks import TaskModel
+from bertology.models.transformer import stack_layers
 from bertology.train import optimizer as optimizer_lib
 from bertology.train.checkpoint import load_params
-from bertology.train.finetune import ShuffledRows, default_config, finetune, merge_pretrained, trainable_mask
-from bertology.train.loop import train
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-FIXTURES = REPO / "tests" / "fixtures"
-sys.path.insert(0, str(REPO / "configs"))
-import bert as bert_config  # noqa: E402
-
-TINY = dict(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, max_position_embeddings=64)
-
-
-def tiny(task, data_dir=None, **overrides):
-    c = default_config(task)
-    c.model.update(TINY)
-    c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
-    c.data.dir = str(FIXTURES / data_dir) if data_dir else None
-    c.data.max_seq_length = 48
-    c.data.doc_stride = 16
-    c.data.max_query_length = 16
-    c.batch_size = c.eval_batch_size = 8
-    c.total_steps = 40
-    c.log_every = 1
-    c.optimizer.learning_rate = 3e-3
-    c.mesh.shape = (1, 1)
-    for k, v in overrides.items():
-        node, *path = c, *k.split(".")
-        for p in path[:-1]:
-            node = node[p]
-        node[path[-1]] = v
-    return c
-
-
-def sst2_from(checkpoint: pathlib.Path, workdir: pathlib.Path, *, steps: int, max_seq_length: int, drop: float) -> dict:
-    """A pretraining run of any family fine-tuned on the SST-2 fixture (batch 8, lr 3e-3, one
-    device): the mean loss of the last 5 steps is `drop` below the first 5's. Returns the result."""
-    c = default_config("sst2")
-    c.update(init_checkpoint=str(checkpoint), total_steps=steps, batch_size=8, eval_batch_size=8, log_every=1)
-    c.data.update(dir=str(FIXTURES / "glue" / "SST-2"), max_seq_length=max_seq_length)
-    c.optimizer.learning_rate = 3e-3
-    c.mesh.shape = (1, 1)
-    result = finetune(c, workdir)
-    loss = np.array(result["train_loss"])
-    assert loss[-5:].mean() < loss[:5].mean() - drop, loss
-    return result
+from bertology.train.finetune import default_config, finetune, merge_pretrained, trainable_mask
 
 
 def falls(result, drop):
@@ -150,7 +112,7 @@ def test_layerwise_lr_decay_is_electras():
                     "ffn_1": {"output": {"kernel": jnp.ones(3)}}, "pooler": {"kernel": jnp.ones(3)}},
         "head": {"kernel": jnp.ones(3)},
     }
-    m = optimizer_lib.layerwise_multipliers(params, num_layers=2, decay=0.5)
+    m = optimizer_lib.layerwise_multipliers(params, num_layers=2, decay=0.5, layer_index=layout.stack_layer_index)
     # decay^(L + 2 - depth): embeddings depth 0, layer i depth i + 1, the rest depth L + 2
     assert m["encoder"]["embeddings"]["token"]["embedding"] == 0.5 ** 4
     assert m["encoder"]["attention_0"]["query"]["kernel"] == 0.5 ** 3
@@ -166,26 +128,41 @@ def test_layerwise_lr_decay_is_electras():
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4), got, expected)
 
 
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
-    """A tiny BERT pretrained for 3 steps on a small text file.
+def test_layerwise_lr_decay_gives_each_layer_its_rate_on_every_stack_layout():
+    """MobileBERT's `layer_{i}` modules and each layer of a scanned stack get their own decayed
+    rate (they once all got the full rate): the scanned stack's Adam step equals the unscanned
+    one's stacked, and each MobileBERT layer moves by lr · decay^(L + 1 - i)."""
+    sizes = dict(num_layers=3, vocab_size=30, hidden_size=16, num_heads=2, intermediate_size=32,
+                 max_position_embeddings=8)
+    batch = {"input_ids": np.ones((1, 8), np.int32), "input_mask": np.ones((1, 8), np.int32),
+             "segment_ids": np.zeros((1, 8), np.int32)}
+    cfg = default_config("sst2").optimizer
+    cfg.update(dict(learning_rate=0.1, warmup_steps=0, weight_decay=0.0, clip_norm=1e9))
 
-    Its init is 10x BERT's (0.2): at 0.02 a barely trained encoder attends almost uniformly and
-    its [CLS] vector hardly depends on the input, so a frozen encoder would give a head nothing.
-    """
-    root = tmp_path_factory.mktemp("pretrained")
-    sentences = [line for line in (FIXTURES / "glue" / "SST-2" / "train.tsv").read_text().splitlines()[1:]]
-    docs = ["\n".join(s.split("\t")[0] for s in sentences[i:i + 2]) for i in range(0, 8, 2)]
-    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n")
-    c = bert_config.get_config("tiny")
-    c.model.update(TINY)
-    c.model.initializer_range = 0.2
-    c.data.corpus = str(root / "corpus.txt")
-    c.data.max_seq_length, c.data.max_predictions_per_seq = 32, 5
-    c.batch_size, c.total_steps, c.eval_every, c.checkpoint_every, c.log_every = 4, 3, 0, 1000, 1
-    c.mesh.shape = (1, 1)
-    train(c, root / "run")
-    return root / "run"
+    def first_step(block):
+        family = models.family(block["family"])
+        model = TaskModel(family.trunk_config(block), "classification", 2, "full", block["family"])
+        shapes = nn.meta.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), batch))["params"])
+        params = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), shapes)  # Adam's first step ignores the values
+        m = optimizer_lib.layerwise_multipliers(params, 3, 0.5, family.layer_index)
+        tx, _ = optimizer_lib.make(cfg, 10, multipliers=m)
+        updates, _ = jax.jit(lambda p: tx.update(jax.tree.map(jnp.ones_like, p), tx.init(p), p))(params)
+        return params, updates
+
+    flat, flat_updates = first_step({"family": "bert", **sizes})
+    scanned, scanned_updates = first_step({"family": "bert", **sizes, "scan_layers": True})
+    assert scanned_updates["encoder"]["layers"]["attention"]["query"]["kernel"].shape[0] == 3
+    want = stack_layers({k: v for k, v in flat_updates["encoder"].items()}, 3)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), scanned_updates["encoder"], want)
+
+    _, mobile = first_step({"family": "mobilebert", **sizes, "embedding_size": 8, "intra_bottleneck_size": 8})
+    for i in range(3):
+        for u in jax.tree.leaves(mobile["encoder"][f"layer_{i}"]):
+            np.testing.assert_allclose(np.asarray(u), -0.1 * 0.5 ** (3 + 1 - i), rtol=1e-4)
+    for u in jax.tree.leaves(mobile["encoder"]["embeddings"]):
+        np.testing.assert_allclose(np.asarray(u), -0.1 * 0.5 ** 5, rtol=1e-4)
+    for u in jax.tree.leaves(mobile["head"]):
+        np.testing.assert_allclose(np.asarray(u), -0.1, rtol=1e-4)
 
 
 @pytest.mark.parametrize("mode", ["adapters", "features"])

@@ -2,18 +2,18 @@
 sampling against the distributions it claims (numpy nucleus, chi-square on softmax draws),
 end of text, the GPT configs' parameter counts, and the CLI on a run directory."""
 
-import importlib.util
 import json
 import pathlib
 import subprocess
 import sys
 
 import flax.linen as nn
+import helpers
 import jax
 import ml_collections
 import numpy as np
 import pytest
-from etils import epath
+from helpers import REPO, write_run
 from scipy.special import softmax
 from scipy.stats import chisquare
 
@@ -24,10 +24,7 @@ from bertology.errors import UserError
 from bertology.generation import filter_logits, generate, generate_text, left_pad
 from bertology.models import gpt
 from bertology.models.transformer import TransformerConfig
-from bertology.train.checkpoint import Checkpointer
-from bertology.train.run import write_config
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 V = 64
 
 
@@ -234,20 +231,13 @@ def test_bad_input_is_a_user_error():
 # ---------------------------------------------------------------- configs
 
 
-def load_recipe_config(preset: str, recipe: str = "gpt") -> ml_collections.ConfigDict:
-    spec = importlib.util.spec_from_file_location(f"cfg_{recipe}", REPO / "configs" / f"{recipe}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(preset)
-
-
 @pytest.mark.parametrize("preset, count", [
     ("gpt1", 116_534_784),  # HF openai-gpt: 40478 x 768 tokens, 512 positions, 12 post-LN blocks
     ("gpt2", 124_439_808),  # GPT-2 small with tied output, as HF and nanoGPT count it
     ("gpt2_medium", 354_823_168),
 ])
 def test_presets_have_the_published_parameter_counts(preset, count):
-    config = load_recipe_config(preset)
+    config = helpers.config("gpt", preset)
     model = models.build(config.model)
     example = {"input_ids": np.ones((1, 4), np.int32), "input_mask": np.ones((1, 4), np.int32)}
     shapes = jax.eval_shape(lambda: nn.meta.unbox(model.init(jax.random.key(0), example)["params"]))
@@ -257,26 +247,16 @@ def test_presets_have_the_published_parameter_counts(preset, count):
 
 def test_unknown_preset_names_the_known_ones():
     with pytest.raises(UserError, match="known presets: tiny, gpt1, gpt2, gpt2_medium"):
-        load_recipe_config("gpt3")
+        helpers.config("gpt", "gpt3")
 
 
 # ---------------------------------------------------------------- run directories and the CLI
 
 
-def write_run(workdir: pathlib.Path, config: ml_collections.ConfigDict, params) -> pathlib.Path:
-    """A run directory as pretraining leaves it: config.json and a step-0 checkpoint."""
-    write_config(config, epath.Path(workdir))
-    checkpointer = Checkpointer(workdir, keep=1)
-    checkpointer.save(0, {"step": np.zeros((), np.int32), "params": params}, {})
-    checkpointer.wait()
-    checkpointer.close()
-    return workdir
-
-
 @pytest.fixture(scope="module")
 def gpt_run(tmp_path_factory):
     """configs/gpt.py:tiny with random parameters and the shipped byte-level BPE."""
-    config = load_recipe_config("tiny")
+    config = helpers.config("gpt", "tiny")
     config.model.vocab_size = load_tokenizer(config.data.vocab).vocab_size
     model = models.build(config.model)
     example = {"input_ids": np.ones((1, 4), np.int32), "input_mask": np.ones((1, 4), np.int32)}
@@ -311,7 +291,7 @@ def test_cli_prints_every_sample(gpt_run):
 
 def random_run(workdir: pathlib.Path, recipe: str):
     """configs/<recipe>.py:tiny with random parameters, its tokenizer, and its model."""
-    config = load_recipe_config("tiny", recipe)
+    config = helpers.config(recipe, "tiny")
     tokenizer = for_data(config.data)
     config.model.vocab_size = tokenizer.vocab_size
     model = models.build(config.model)

@@ -2,8 +2,10 @@
 from configs (nothing downloaded) imported and compared with transformers at every decoder
 position, with padding in both the source and the target; our random models exported, loaded by
 transformers with no missing or unexpected keys, and giving the same logits; decoding with the KV
-cache on the converted models equal to teacher forcing; and the refusals of what we would compute
-differently."""
+cache on the converted models equal to teacher forcing; decoders shallower or deeper than their
+encoders (T5's num_decoder_layers, BART's decoder_layers: DistilBART, T5-efficient) both ways, and
+their greedy and beam decoding against transformers' generate; and the refusals of what we would
+compute differently."""
 
 import json
 import os
@@ -17,6 +19,16 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from flax.traverse_util import flatten_dict, unflatten_dict  # noqa: E402
+from helpers import (  # noqa: E402
+    BEAM_SOURCE_LENGTHS,
+    HF_SEQ2SEQ_VOCAB,
+    NEW,
+    START,
+    build_hf,
+    hf_generate,
+    hf_seq2seq_models,
+    until_eos,
+)
 
 from bertology import models  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
@@ -24,25 +36,10 @@ from bertology.interop import export_hf, families, import_hf, names  # noqa: E40
 from bertology.interop.hf import param_shapes, write_run  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
 
-V, B, LS, LT = 71, 3, 9, 7
+V, B, LS, LT = HF_SEQ2SEQ_VOCAB, 3, 9, 7
 SOURCE_LENGTHS, TARGET_LENGTHS = (9, 6, 3), (7, 5, 2)
 TOLERANCE = 1e-4  # the issue's bar for float32 parity
-# d_kv differs from d_model / num_heads (as in mT5-small: 512, 6 heads of 64), few buckets so that
-# offsets beyond the exact range and beyond max_distance both occur within 9 tokens.
-T5_SMALL = dict(vocab_size=V, d_model=24, d_kv=10, num_heads=3, d_ff=40, num_layers=2,
-                relative_attention_num_buckets=8, relative_attention_max_distance=6, dropout_rate=0.15,
-                layer_norm_epsilon=1e-5)
-HF = {  # name: (class, config class, config)
-    "t5_v1_0": (transformers.T5ForConditionalGeneration, transformers.T5Config,
-                dict(T5_SMALL, feed_forward_proj="relu", tie_word_embeddings=True)),
-    "t5_v1_1": (transformers.T5ForConditionalGeneration, transformers.T5Config,
-                dict(T5_SMALL, feed_forward_proj="gated-gelu", tie_word_embeddings=False)),
-    "mt5": (transformers.MT5ForConditionalGeneration, transformers.MT5Config, T5_SMALL),
-    "bart": (transformers.BartForConditionalGeneration, transformers.BartConfig,
-             dict(vocab_size=V, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                  decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=20,
-                  dropout=0.15, attention_dropout=0.05, activation_dropout=0.1, scale_embedding=True)),
-}
+HF = hf_seq2seq_models()  # name: (class, config class, config)
 # Each checkpoint in our terms (the papers' settings: T5's pre-LN RMSNorm without biases or
 # score scaling, relative buckets, tied v1.0 / untied gated v1.1; BART's post-LN learned
 # positions counted from 2, embedding LayerNorm, LayerNorm eps 1e-5).
@@ -60,19 +57,10 @@ EXPECTED = {
                  activation="gelu", layer_norm_eps=1e-5, type_vocab_size=0),
 }
 MODEL_TYPE = {"t5_v1_0": "t5", "t5_v1_1": "t5", "mt5": "mt5", "bart": "bart"}
-
-
-def build_hf(name: str, seed: int = 0, **edits):
-    """A random HF model, every parameter (and BART's output bias buffer) drawn from N(0, 0.3)."""
-    torch.manual_seed(seed)
-    cls, config_cls, config = HF[name]
-    model = cls(config_cls(**{**config, **edits}, attn_implementation="eager"))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-        if hasattr(model, "final_logits_bias"):
-            model.final_logits_bias.normal_(0.0, 0.3)
-    return model.eval()
+DECODER_DEPTH = {"t5_v1_0": "num_decoder_layers", "t5_v1_1": "num_decoder_layers", "mt5": "num_decoder_layers",
+                 "bart": "decoder_layers"}  # the HF key of the decoder's depth (the encoder's: num_layers)
+# (name, decoder depth) of the encoder-decoders of 2 encoder layers with a decoder of another depth
+UNEVEN = [("t5_v1_0", 1), ("t5_v1_1", 3), ("bart", 1), ("bart", 3)]
 
 
 def padded_batch(seed: int = 0) -> dict:
@@ -127,6 +115,7 @@ def test_import_matches_transformers_at_every_decoder_position(name, tmp_path):
     params, run_config = load_params(tmp_path / "run")
     block = run_config["model"]
     assert {k: block[k] for k in EXPECTED[name]} == EXPECTED[name]
+    assert "num_decoder_layers" not in block  # equal depths import as they always did
     flat = set(flatten_dict(params))
     assert {r.ours for r in names.tensors(families.RECORDS[MODEL_TYPE[name]].layout, flat)} == flat
 
@@ -139,9 +128,9 @@ def test_import_matches_transformers_at_every_decoder_position(name, tmp_path):
     np.testing.assert_allclose(cached_logits(params, block, batch), ours, atol=1e-5)
 
 
-def _our_run(name: str, workdir, seed: int = 0) -> tuple[dict, dict]:
-    """A random model of `name`'s shape, written as a run directory."""
-    block = EXPECTED[name]
+def _our_run(name: str, workdir, seed: int = 0, **edits) -> tuple[dict, dict]:
+    """A random model of `name`'s shape (with `edits` to its model block), written as a run directory."""
+    block = {**EXPECTED[name], **edits}
     shapes = param_shapes(our_model(block))
     rng = np.random.default_rng(seed)
     params = unflatten_dict({k: rng.normal(0.0, 0.3, shape).astype(np.float32) for k, shape in shapes.items()})
@@ -157,6 +146,7 @@ def test_export_loads_in_transformers_and_round_trips(name, tmp_path):
     assert type(hf_model) is HF[name][0]
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     assert hf_model.config.tie_word_embeddings == block.get("tie_embeddings", True)
+    assert json.loads((out / "config.json").read_text())[DECODER_DEPTH[name]] == block["num_layers"]
 
     batch = padded_batch(1)
     diff = float(np.abs(our_logits(params, block, batch) - hf_logits(hf_model.eval(), batch)).max())
@@ -170,6 +160,90 @@ def test_export_loads_in_transformers_and_round_trips(name, tmp_path):
     assert {k: run_config["model"][k] for k in block} == block
 
 
+def _depths(params: dict) -> tuple[int, int]:
+    """(encoder layers, decoder layers) of our parameters: their `attention_{i}` blocks."""
+    return tuple(sum(k.startswith("attention_") for k in params[s]) for s in ("encoder", "decoder"))
+
+
+@pytest.mark.parametrize("name, depth", UNEVEN)
+def test_uneven_depths_import_and_match_transformers(name, depth, tmp_path):
+    hf_model = build_hf(name, **{DECODER_DEPTH[name]: depth})
+    assert len(hf_model.get_encoder().block if name.startswith("t5") else hf_model.get_encoder().layers) == 2
+    assert len(hf_model.get_decoder().block if name.startswith("t5") else hf_model.get_decoder().layers) == depth
+    hf_model.save_pretrained(tmp_path / "hf")
+    report = import_hf(tmp_path / "hf", tmp_path / "run")
+    assert (report.fresh, report.unused) == ([], [])
+
+    params, run_config = load_params(tmp_path / "run")
+    block = run_config["model"]
+    assert {k: block[k] for k in EXPECTED[name]} == EXPECTED[name] and block["num_decoder_layers"] == depth
+    assert _depths(params) == (2, depth)
+
+    batch = padded_batch()
+    ours, reference = our_logits(params, block, batch), hf_logits(hf_model, batch)
+    diff = float(np.abs(ours - reference).max())
+    print(f"\n{name} 2/{depth} import: max abs logit diff vs transformers {diff:.2e}")
+    assert diff <= TOLERANCE
+    np.testing.assert_allclose(cached_logits(params, block, batch), ours, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, depth", UNEVEN)
+def test_uneven_depths_export_and_round_trip(name, depth, tmp_path):
+    block, params = _our_run(name, tmp_path / "run", num_decoder_layers=depth)
+    assert _depths(params) == (2, depth)
+    (out,) = export_hf(tmp_path / "run", tmp_path / "hf")
+    written = json.loads((out / "config.json").read_text())
+    assert (written["num_layers" if name.startswith("t5") else "encoder_layers"], written[DECODER_DEPTH[name]]) == (
+        2, depth)
+    hf_model, info = transformers.AutoModelForSeq2SeqLM.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    assert len(hf_model.get_decoder().block if name.startswith("t5") else hf_model.get_decoder().layers) == depth
+
+    batch = padded_batch(1)
+    diff = float(np.abs(our_logits(params, block, batch) - hf_logits(hf_model.eval(), batch)).max())
+    print(f"\n{name} 2/{depth} export: max abs logit diff in transformers {diff:.2e}")
+    assert diff <= TOLERANCE
+
+    report = import_hf(out, tmp_path / "back")
+    assert report.fresh == [] and report.unused == []
+    back, run_config = load_params(tmp_path / "back")
+    assert flatten_dict(back).keys() == flatten_dict(params).keys()
+    assert all(np.array_equal(v, flatten_dict(params)[k]) for k, v in flatten_dict(back).items())
+    assert {k: run_config["model"][k] for k in block} == block
+
+
+@pytest.mark.parametrize("name, depth", [("t5_v1_1", 1), ("bart", 3)])
+def test_uneven_depths_decode_as_transformers_generate(name, depth, tmp_path):
+    """Greedy and beam-search tokens (and beam scores) of a converted uneven model equal
+    transformers' `generate` on the HF model (test_beam's settings and helpers)."""
+    from bertology.generation import beam_search, generate
+
+    ROWS = BEAM_SOURCE_LENGTHS
+
+    hf = build_hf(name, seed=1, **{DECODER_DEPTH[name]: depth})
+    hf.save_pretrained(tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "run")
+    params, config = load_params(tmp_path / "run")
+    model = models.build(config["model"])
+    assert _depths(params) == (2, depth)
+    mask = (np.arange(max(ROWS))[None] < np.array(ROWS)[:, None]).astype(np.int32)
+    ids = (np.random.default_rng(0).integers(3, V, mask.shape) * mask).astype(np.int32)
+    greedy = generate(model, params, ids, mask, max_new_tokens=NEW, decoder_start_id=START[name])
+    eos = int(np.bincount(greedy[:, 1:].ravel()).argmax())  # an id the model emits, so some rows end early
+
+    ours = generate(model, params, ids, mask, max_new_tokens=NEW, decoder_start_id=START[name], eos_id=eos)
+    theirs = hf_generate(hf, (ids, mask), eos, START[name], num_beams=1).sequences.numpy()[:, 1:]
+    assert [until_eos(r, eos) for r in ours] == [until_eos(r, eos) for r in theirs]
+
+    beams = beam_search(model, params, ids, mask, num_beams=3, max_new_tokens=NEW, eos_id=eos,
+                        decoder_start_id=START[name])
+    out = hf_generate(hf, (ids, mask), eos, START[name], num_beams=3, num_return_sequences=3)
+    theirs = out.sequences.numpy()[:, 1:].reshape(len(ROWS), 3, -1)
+    assert [[until_eos(h, eos) for h in row] for row in beams.tokens] == [[until_eos(h, eos) for h in row]
+                                                                          for row in theirs]
+    np.testing.assert_allclose(beams.scores, out.sequences_scores.numpy().reshape(len(ROWS), 3), rtol=1e-5, atol=1e-5)
+
+
 def _edited_hf_dir(tmp_path, name: str, **config_edits):
     d = tmp_path / "hf"
     build_hf(name).save_pretrained(d)
@@ -181,8 +255,9 @@ def _edited_hf_dir(tmp_path, name: str, **config_edits):
 @pytest.mark.parametrize("name, edits, message", [
     ("t5_v1_0", dict(feed_forward_proj="gated-relu"), "feed_forward_proj='gated-relu' is not reproduced"),
     ("t5_v1_1", dict(dense_act_fn="gelu"), "dense_act_fn='gelu' with feed_forward_proj='gated-gelu' is not reproduced"),
-    ("t5_v1_0", dict(num_decoder_layers=3), "num_decoder_layers=3 differs from num_layers=2"),
+    ("t5_v1_0", dict(num_decoder_layers=3), r"has no tensor decoder\.block\.2\..*its weights do not fit its config"),
     ("bart", dict(decoder_ffn_dim=32), "decoder_ffn_dim=32 differs from encoder_ffn_dim=24"),
+    ("bart", dict(decoder_attention_heads=4), "decoder_attention_heads=4 differs from encoder_attention_heads=2"),
     ("bart", dict(encoder_layerdrop=0.1), "encoder_layerdrop=0.1 is not reproduced"),
     ("bart", dict(activation_function="silu"), "activation_function='silu' is not reproduced"),
 ])

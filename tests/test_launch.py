@@ -1,12 +1,10 @@
 """The pod and cluster launchers' dry runs print exactly the commands they would run."""
 
-import pathlib
 import shlex
 import subprocess
 
 import pytest
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from helpers import REPO
 
 
 def dry_run(script: str, *args: str) -> subprocess.CompletedProcess:

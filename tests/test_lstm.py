@@ -7,10 +7,9 @@ and an uninterrupted run for resume.
 """
 
 import json
-import pathlib
 import shutil
-import sys
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,9 +19,6 @@ from bertology import models, objectives, pretrain
 from bertology.errors import UserError
 from bertology.models import lstm
 from bertology.train.checkpoint import load_params
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
-import lstm_lm  # noqa: E402
 
 TINY = dict(family="lstm", vocab_size=29, projection_dim=8, lstm_dim=12, n_layers=2, use_skip_connections=True,
             dropout_rate=0.0)
@@ -152,10 +148,10 @@ def _train(workdir, config, steps, **overrides):
 def test_lm_resumes_exactly_with_its_lstm_states(tmp_path):
     """A run killed after its checkpoint at step 3 (its later checkpoint removed) and rerun gives
     the losses and LSTM states of one uninterrupted run."""
-    whole = _train(tmp_path / "whole", lstm_lm.get_config("tiny"), 6)
+    whole = _train(tmp_path / "whole", helpers.config("lstm_lm", "tiny"), 6)
     shutil.copytree(tmp_path / "whole", tmp_path / "killed")
     shutil.rmtree(tmp_path / "killed" / "checkpoints" / "6")
-    second = _train(tmp_path / "killed", lstm_lm.get_config("tiny"), 6)
+    second = _train(tmp_path / "killed", helpers.config("lstm_lm", "tiny"), 6)
     assert [h["step"] for h in second["history"]] == [4, 5, 6]
     assert [h["loss"] for h in second["history"]] == [h["loss"] for h in whole["history"][3:]]
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(second["state"]["carry"]),
@@ -197,7 +193,7 @@ def test_tiny_autoencoder_learns_on_embedded_corpus(tmp_path):
 
 
 def test_flops_count_the_lstm_matmuls_and_the_tied_softmax():
-    c = lstm_lm.get_config("tiny")
+    c = helpers.config("lstm_lm", "tiny")
     c.model.update(vocab_size=100, n_layers=1, projection_dim=4, lstm_dim=6)
     # [x, h] @ W (x and h 4-wide, 4 gates of 6), the 6 -> 4 projection, the 4 -> 100 softmax; x3 to train
     assert models.flops_per_token(c) == 3 * (2 * 8 * 24 + 2 * 6 * 4 + 2 * 4 * 100)

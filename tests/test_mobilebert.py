@@ -3,14 +3,14 @@ progressive knowledge transfer's terms against numpy; stage l changing layer l's
 and a tiny progressive run whose losses fall with the teacher bit-identical."""
 
 import os
-import pathlib
-import sys
 
 import flax.linen as nn
+import helpers
 import jax
 import ml_collections
 import numpy as np
 import pytest
+from helpers import short_run_config, sst2_from
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -18,9 +18,6 @@ from bertology import models  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
 from bertology.interop import export_hf, import_hf  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "configs"))
 
 V, L, B = 97, 12, 3
 LENGTHS = (12, 9, 4)
@@ -118,10 +115,6 @@ from bertology.train.loop import train  # noqa: E402
 from bertology.train.step import make_train_step  # noqa: E402
 from bertology.train.teacher import WithTeacher  # noqa: E402
 
-import bert as bert_config  # noqa: E402
-import mobilebert as mobilebert_config  # noqa: E402
-from test_tinybert import _config  # noqa: E402
-
 P = 4  # prediction slots
 
 
@@ -207,7 +200,7 @@ def test_distillation_terms_match_numpy():
 @pytest.mark.parametrize("layer", [0, 1])
 def test_a_transfer_stage_changes_its_layer_only(layer):
     student, s_params, teacher, t_params, batch = _pair()
-    config = ml_collections.ConfigDict(mobilebert_config.get_config(f"tiny,{layer}").optimizer.to_dict())
+    config = ml_collections.ConfigDict(helpers.config("mobilebert", f"tiny,{layer}").optimizer.to_dict())
     tx, lr = optimizer_lib.make(config, 10)
     objective = objectives.get({"name": "mobilebert", "stage": "transfer", "layer": layer})
     step = jax.jit(make_train_step(WithTeacher(student, teacher, t_params), objective, tx, lr, 1))
@@ -235,7 +228,7 @@ def test_bad_objective_options_are_one_line_errors():
     with pytest.raises(UserError, match="needs a BERT teacher"):
         objectives.get("mobilebert")(s_params, batch, None, student)
     with pytest.raises(UserError, match="stage '5' is not a layer"):
-        mobilebert_config.get_config("tiny,5")
+        helpers.config("mobilebert", "tiny,5")
 
 
 RUN = {"data.max_seq_length": 32, "data.max_predictions_per_seq": 5, "batch_size": 8, "mesh.shape": (1, 1),
@@ -243,7 +236,7 @@ RUN = {"data.max_seq_length": 32, "data.max_predictions_per_seq": 5, "batch_size
 
 
 def test_tiny_progressive_transfer_then_distillation_learns_with_the_teacher_frozen(tmp_path):
-    train(_config(bert_config, "tiny", RUN, total_steps=20), tmp_path / "teacher")
+    train(short_run_config("bert", "tiny", RUN, total_steps=20), tmp_path / "teacher")
     teacher_before, _ = load_params(tmp_path / "teacher")
     common = dict(teacher_checkpoint=str(tmp_path / "teacher"))
     histories, previous = {}, None
@@ -253,7 +246,7 @@ def test_tiny_progressive_transfer_then_distillation_learns_with_the_teacher_fro
         if previous:
             overrides["init_checkpoint"] = str(previous)
         previous = tmp_path / f"stage{stage or 'distill'}"
-        history = train(_config(mobilebert_config, arg, RUN, **overrides), previous)["history"]
+        history = train(short_run_config("mobilebert", arg, RUN, **overrides), previous)["history"]
         histories[stage] = [row["loss"] for row in history]
     for stage, fall in (("0", 0.7), ("1", 0.9), ("", 0.95)):  # transfer halves stage 0's loss; MLM is slower
         loss = histories[stage]
@@ -270,7 +263,7 @@ def test_base_preset_is_the_papers_mobilebert():
     """configs/mobilebert.py:base builds HF's default MobileBertConfig (the released
     google/mobilebert-uncased shape): the same trunk, parameter for parameter."""
     transformers = pytest.importorskip("transformers")
-    config = mobilebert_config.get_config("base")
+    config = helpers.config("mobilebert", "base")
     config.model.vocab_size = 30522
     model = models.build(config.model)
     batch = {k: np.zeros((1, 4), np.int32) for k in ("input_ids", "segment_ids", "masked_positions")}
@@ -336,11 +329,9 @@ def test_mobilebert_finetunes_from_its_pretraining_run(tmp_path):
     the family's trunk, takes every trunk tensor and adds none, and the loss falls."""
     from flax.traverse_util import flatten_dict
 
-    from test_finetune import sst2_from
-
     from bertology.models import mobilebert
 
-    train(_config(mobilebert_config, "tiny", RUN, total_steps=2, objective={"name": "bert"}), tmp_path / "pre")
+    train(short_run_config("mobilebert", "tiny", RUN, total_steps=2, objective={"name": "bert"}), tmp_path / "pre")
     result = sst2_from(tmp_path / "pre", tmp_path / "ft", steps=30, max_seq_length=32, drop=0.2)
     pretrained = flatten_dict(mobilebert.trunk(load_params(tmp_path / "pre")[0]))
     assert set(flatten_dict(result["params"]["encoder"])) == set(pretrained)

@@ -12,14 +12,12 @@ import socket
 import subprocess
 import sys
 
+import helpers
 import numpy as np
 import pytest
+from helpers import REPO
 
 from bertology.train.loop import train
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "configs"))
-import bert as bert_config  # noqa: E402
 
 STEPS, CHECKPOINT = 6, 3
 OVERRIDES = dict(batch_size=16, total_steps=STEPS, log_every=1, eval_every=0, checkpoint_every=CHECKPOINT,
@@ -54,7 +52,7 @@ def losses(workdir: pathlib.Path) -> list[float]:
 
 @pytest.mark.slow
 def test_two_processes_match_one_process_and_resume_exactly(tmp_path):
-    one = bert_config.get_config("tiny")
+    one = helpers.config("bert", "tiny")
     for k, v in OVERRIDES.items():
         node, *path = [one, *k.split(".")]
         for p in path[:-1]:

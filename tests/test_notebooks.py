@@ -6,9 +6,8 @@ import re
 
 import nbformat
 import pytest
+from helpers import REPO
 from nbclient import NotebookClient
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def execute(name: str, tmp_path: pathlib.Path, steps: int) -> nbformat.NotebookNode:

@@ -6,43 +6,13 @@ import json
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
+from helpers import BIGRAM_VOCAB as V
+from helpers import LM, Bigram, Cycle, bigram_config, lm_batch
 
-from bertology.objectives import Mean, Objective, Terms
 from bertology.train import run as run_lib
-from bertology.train import sharding
 from bertology.train.step import fresh_state, make_train_step
-
-V, B, L = 12, 8, 6
-
-
-class Bigram(nn.Module):
-    """Next-token logits from the current token alone: the smallest causal LM."""
-
-    @nn.compact
-    def __call__(self, batch, deterministic=True):
-        init = nn.with_logical_partitioning(nn.initializers.normal(1.0), ("vocab", "embed"))
-        return nn.Embed(V, V, embedding_init=init)(batch["input_ids"])
-
-
-def lm_loss(params, batch, rng, model):
-    logits = model.apply({"params": params}, batch)
-    nll = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, batch["targets"][..., None], -1)[..., 0]
-    return Terms(loss={"lm_loss": 1.0}, means={"lm_loss": Mean.of(nll, batch["target_weights"], eps=1e-5)})
-
-
-LM = Objective(lm_loss, {"perplexity": lambda m: jnp.exp(m["lm_loss"])})
-
-
-def lm_batch(rng, easy, weighted_rows):
-    """`easy`: each target is its input token (which `confident` params predict well); else random."""
-    ids = rng.integers(0, V, (B, L)).astype(np.int32)
-    targets = ids if easy else rng.integers(0, V, (B, L)).astype(np.int32)
-    weights = (np.arange(B) < weighted_rows)[:, None] * np.ones(L, np.float32)
-    return {"input_ids": ids, "targets": targets, "target_weights": weights.astype(np.float32)}
 
 
 def nll_np(params, batch):
@@ -52,35 +22,11 @@ def nll_np(params, batch):
     return -np.take_along_axis(logp, batch["targets"][..., None], -1)[..., 0]
 
 
-class Cycle:
-    """Batches in a fixed cycle, with the position a checkpoint keeps."""
-
-    def __init__(self, batches):
-        self.batches, self.i = batches, 0
-
-    def __next__(self):
-        self.i += 1
-        return self.batches[(self.i - 1) % len(self.batches)]
-
-    def get_state(self):
-        return {"i": self.i}
-
-    def set_state(self, state):
-        self.i = state["i"]
-
-
-def config(**overrides):
-    c = ml_collections.ConfigDict(dict(seed=0, mesh=sharding.mesh_config("dp", (1, 1)), batch_size=B, grad_accum_steps=2,
-                                       log_every=1, eval_every=2, checkpoint_every=1000, keep_checkpoints=1))
-    c.update(overrides)
-    return c
-
-
 def test_evaluation_weighs_batches_and_derives_perplexity_after(tmp_path):
     rng = np.random.default_rng(0)
     easy, hard = lm_batch(rng, True, weighted_rows=8), lm_batch(rng, False, weighted_rows=1)
     example = {k: v[:1] for k, v in easy.items()}
-    with run_lib.setup(config(), tmp_path, model=Bigram(), objective=LM, example=example,
+    with run_lib.setup(bigram_config(), tmp_path, model=Bigram(), objective=LM, example=example,
                        optimizer=lambda _: (optax.sgd(0.1), optax.constant_schedule(0.1))) as run:
         confident = {"Embed_0": {"embedding": np.eye(V, dtype=np.float32) * 4.0}}  # predicts its input token
         got = run.evaluator([easy, hard])(confident)
@@ -98,7 +44,7 @@ def test_evaluation_weighs_batches_and_derives_perplexity_after(tmp_path):
 def test_fit_logs_and_writes_the_objectives_own_metrics(tmp_path, capsys):
     rng = np.random.default_rng(1)
     batches = [lm_batch(rng, False, weighted_rows=w) for w in (8, 3)]
-    with run_lib.setup(config(), tmp_path, model=Bigram(), objective=LM, example={k: v[:1] for k, v in batches[0].items()},
+    with run_lib.setup(bigram_config(), tmp_path, model=Bigram(), objective=LM, example={k: v[:1] for k, v in batches[0].items()},
                        optimizer=lambda _: (optax.sgd(0.1), optax.constant_schedule(0.1))) as run:
         out = run.fit(Cycle(batches), 4, run.evaluator(batches))
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("step ")]

@@ -3,9 +3,8 @@ against a numpy reference (with and without label smoothing), the configs buildi
 on hand-made batches, BART's untrained output bias, MASS's decoder positions, T5's head width and
 output scaling, and the FLOP count against XLA's own count of the compiled forward pass."""
 
-import pathlib
-
 import flax.linen as nn
+import helpers
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -20,19 +19,6 @@ from bertology.models.transformer import shift_right
 from bertology.train import optimizer as optimizer_lib
 from bertology.train.step import make_train_step, state_init
 
-CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
-
-
-def load_config(spec: str) -> ml_collections.ConfigDict:
-    """`configs/<file>.py:<preset>` as the CLI loads it."""
-    import importlib.util
-
-    name, preset = spec.split(":")
-    module_spec = importlib.util.spec_from_file_location(f"config_{name}", CONFIGS / f"{name}.py")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(preset)
-
 
 def random_batch(rng, vocab: int, b: int, source: int, target: int, start: int) -> dict:
     """Right-padded sources and targets; decoder input = targets shifted right with `start`."""
@@ -45,7 +31,7 @@ def random_batch(rng, vocab: int, b: int, source: int, target: int, start: int) 
 
 
 def tiny(spec: str, **model) -> tuple[ml_collections.ConfigDict, nn.Module]:
-    c = load_config(spec)
+    c = helpers.config(*spec.split(":"))  # spec: "<name>:<preset>"
     c.model.vocab_size = load_tokenizer(c.data.vocab).vocab_size
     c.model.update(model)
     return c, models.build(c.model)
@@ -131,12 +117,12 @@ def test_bart_output_bias_is_used_but_never_trained():
 
 
 def test_t5_presets_follow_the_papers():
-    v10, v11 = load_config("t5:small"), load_config("t5:v1_1_small")
+    v10, v11 = helpers.config("t5", "small"), helpers.config("t5", "v1_1_small")
     assert (v10.model.num_layers, v10.model.hidden_size, v10.model.num_heads, v10.model.intermediate_size) == (6, 512, 8, 2048)
     assert (v11.model.num_layers, v11.model.num_heads, v11.model.head_size, v11.model.intermediate_size) == (8, 6, 64, 1024)
     assert (v10.model.activation, v10.model.tie_embeddings, v11.model.activation, v11.model.tie_embeddings) == (
         "relu", True, "gated_gelu", False)
-    base_config = load_config("t5:base")
+    base_config = helpers.config("t5", "base")
     assert base_config.data.extra_ids == 100  # the vocabulary: data.vocab + 100 sentinels
     base_config.model.vocab_size = 32128  # Google's t5-base table (32,100 padded to a multiple of 128)
     base = models.build(base_config.model)
@@ -144,7 +130,7 @@ def test_t5_presets_follow_the_papers():
     shapes = jax.eval_shape(lambda: base.init(jax.random.key(0), example))
     count = sum(np.prod(x.shape) for x in jax.tree.leaves(nn.meta.unbox(shapes["params"])))
     assert count == pytest.approx(222.9e6, rel=0.01)  # T5-base: "about 220M" (HF t5-base: 222.9M)
-    bart = load_config("bart:base")
+    bart = helpers.config("bart", "base")
     assert bart.model.max_position_embeddings == 514 and bart.model.position_offset == 2
 
 
@@ -178,18 +164,51 @@ def test_mass_decoder_reads_its_positions_and_t5_has_none():
         assert (np.abs(a - b).max() > 1e-3) == moves, spec
 
 
-def test_encoder_decoder_flops_match_xla():
+@pytest.mark.parametrize("decoder_layers", [None, 1])
+def test_encoder_decoder_flops_match_xla(decoder_layers):
     """Our count of a forward pass (training FLOPs / 3) against XLA's count of the compiled
-    forward of T5 v1.1-tiny (matmuls dominate; XLA also counts norms, softmax, activations)."""
-    c, model = tiny("t5:v1_1_tiny", vocab_size=512)
+    forward of T5 v1.1-tiny (matmuls dominate; XLA also counts norms, softmax, activations),
+    and of the same with a one-layer decoder."""
+    c, model = tiny("t5:v1_1_tiny", vocab_size=512, num_decoder_layers=decoder_layers)
     c.data.update(max_seq_length=64, max_target_length=16)
     batch = random_batch(np.random.default_rng(4), 512, 2, 64, 16, start=0)
     params = model.init(jax.random.key(0), batch)["params"]
     compiled = jax.jit(lambda p, b: model.apply({"params": p}, b)["logits"]).lower(params, batch).compile()
     xla = compiled.cost_analysis()["flops"]
     ours = models.flops_per_token(c) / flops.TRAIN * 2 * 64
-    print(f"\nforward FLOPs: ours {ours:.4g}, XLA {xla:.4g}")
+    print(f"\nforward FLOPs (decoder layers {decoder_layers}): ours {ours:.4g}, XLA {xla:.4g}")
     assert ours == pytest.approx(xla, rel=0.05)
+
+
+def test_encoder_decoder_flops_count_each_stack_at_its_own_depth():
+    """A 2-layer encoder with a 1-layer decoder: between the 1/1 and 2/2 models, and equal to the
+    count by hand (per source token, training = 3 x forward, 2 FLOPs per multiply-add): each
+    encoder layer over S source tokens projects keys, values, queries and output (4 h·a each),
+    runs the gated MLP (3 h·i) and scores and context (2 S·a); each decoder layer over T target
+    tokens does the same with T, plus cross-attention: keys and values of the S source tokens,
+    queries and output at the T targets, scores and context over S; the untied output layer
+    (h·vocab) at every target."""
+    c, _ = tiny("t5:v1_1_tiny", vocab_size=300, num_decoder_layers=1)
+    c.data.update(max_seq_length=32, max_target_length=8)
+    S, T, h, a, i, vocab = 32, 8, 128, 2 * 64, 512, 300
+    assert (c.model.hidden_size, c.model.num_heads * c.model.head_size, c.model.intermediate_size) == (h, a, i)
+
+    def by_hand(encoder: int, decoder: int) -> float:
+        encoder_layer = S * (2 * 4 * h * a + 2 * 3 * h * i + 2 * 2 * S * a)
+        decoder_layer = (T * (2 * 4 * h * a + 2 * 3 * h * i + 2 * 2 * T * a)  # self-attention and MLP
+                         + S * 2 * 2 * h * a + T * (2 * 2 * h * a + 2 * 2 * S * a))  # cross-attention
+        return 3 * (encoder * encoder_layer + decoder * decoder_layer + T * 2 * h * vocab) / S
+
+    def counted(encoder: int, decoder: int | None) -> float:
+        c.model.update(num_layers=encoder, num_decoder_layers=decoder)
+        return models.flops_per_token(c)
+
+    uneven = counted(2, 1)
+    assert counted(1, None) < uneven < counted(2, None)
+    assert counted(1, 1) == counted(1, None) and counted(2, 2) == counted(2, None)
+    assert uneven == pytest.approx(by_hand(2, 1), rel=1e-12)
+    assert counted(1, 2) == pytest.approx(by_hand(1, 2), rel=1e-12) != uneven
+    assert counted(2, None) == pytest.approx(by_hand(2, 2), rel=1e-12)
 
 
 def test_t5_init_is_mesh_tensorflows_fan_in():
@@ -210,19 +229,32 @@ def test_t5_init_is_mesh_tensorflows_fan_in():
     assert float(np.std(q)) == pytest.approx(0.02 * 0.88, rel=0.05)
 
 
-@pytest.mark.parametrize("spec", ["t5:v1_1_tiny", "bart:tiny"])
-def test_scanned_encoder_decoder_equals_unscanned(spec):
+@pytest.mark.parametrize("spec, decoder_layers", [("t5:v1_1_tiny", None), ("bart:tiny", None), ("t5:v1_1_tiny", 3)])
+def test_scanned_encoder_decoder_equals_unscanned(spec, decoder_layers):
     from bertology.models.transformer import stack_layers
 
-    _, model = tiny(spec, vocab_size=60, dropout_rate=0.0, attention_dropout_rate=0.0)
-    _, scanned = tiny(spec, vocab_size=60, dropout_rate=0.0, attention_dropout_rate=0.0, scan_layers=True)
+    settings = dict(vocab_size=60, dropout_rate=0.0, attention_dropout_rate=0.0, num_decoder_layers=decoder_layers)
+    _, model = tiny(spec, **settings)
+    _, scanned = tiny(spec, scan_layers=True, **settings)
     batch = random_batch(np.random.default_rng(6), 60, 2, 10, 6, start=0)
     params = nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])
-    stacked = {**params, **{s: stack_layers(params[s], 2) for s in ("encoder", "decoder")}}
+    depth = model.cfg.decoder_layers
+    stacked = {**params, "encoder": stack_layers(params["encoder"], 2),
+               "decoder": stack_layers(params["decoder"], depth)}
+    assert jax.tree.map(np.shape, stack_layers(params["decoder"])) == jax.tree.map(np.shape, stacked["decoder"])
+    assert stacked["decoder"]["layers"]["cross_attention"]["query"]["kernel"].shape[0] == depth
+    if depth != 2:  # the encoder's depth would drop or miss decoder layers
+        with pytest.raises(ValueError, match=f"num_layers=2, but the stack has {depth} layers"):
+            stack_layers(params["decoder"], 2)
     assert jax.tree.map(np.shape, stacked) == jax.tree.map(
         np.shape, nn.meta.unbox(scanned.init(jax.random.key(0), batch)["params"]))
     np.testing.assert_allclose(scanned.apply({"params": stacked}, batch)["logits"],
                                model.apply({"params": params}, batch)["logits"], atol=1e-5)
+
+
+def test_a_decoder_without_layers_is_refused():
+    with pytest.raises(UserError, match=r"model\.num_decoder_layers=0: the decoder needs at least one layer"):
+        tiny("bart:tiny", vocab_size=60, num_decoder_layers=0)
 
 
 def test_a_batch_without_its_source_is_refused_outside_decoding():

@@ -9,10 +9,12 @@ import json
 import pathlib
 
 import flax.linen as nn
+import helpers
 import jax
 import numpy as np
 import pytest
 from flax.traverse_util import flatten_dict
+from helpers import sst2_from
 
 from bertology import models, tasks
 from bertology.errors import UserError
@@ -20,7 +22,6 @@ from bertology.evaluation import generation as metrics
 from bertology.models import tasks as model_tasks
 from bertology.tasks.seq2seq import parse_story, parse_summary_file
 from bertology.train.finetune import finetune
-from test_xl_train import get_config  # configs/<name>.py:<preset>
 
 STORY = """(CNN) -- The river rose two metres overnight
 
@@ -135,7 +136,7 @@ def teacher_forced(config, params, examples: list[dict]) -> tuple[float, float]:
     """Held-out perplexity and token accuracy (%) of every example's target, in numpy, in one batch."""
     from bertology.train.finetune import _seq2seq_model, seq2seq_arrays
 
-    model, _, tokenizer, _, start = _seq2seq_model(config)
+    model, _, _, tokenizer, _, start = _seq2seq_model(config)
     rows = seq2seq_arrays(examples, tokenizer, config.data.max_seq_length, config.data.max_target_length, start)
     logits = np.asarray(model.apply({"params": params}, rows)["logits"], np.float64)
     top = logits.max(-1, keepdims=True)
@@ -147,7 +148,7 @@ def teacher_forced(config, params, examples: list[dict]) -> tuple[float, float]:
 
 @pytest.mark.parametrize("arg", ["embedded", "embedded_t5", "embedded_unilm"])
 def test_tiny_bart_t5_and_unilm_learn_the_embedded_task(arg, tmp_path):
-    config = get_config("finetune/seq2seq", arg)
+    config = helpers.config("finetune/seq2seq", arg)
     config.update(total_steps=30, log_every=5, batch_size=16, eval_examples=7, eval_batch_size=4)
     config.mesh.shape = (1, 1)  # what is checked needs no sharding; 8 simulated devices on 2 cores cost compile and run time
     config.data.cache_dir = str(tmp_path / "cache")
@@ -173,7 +174,7 @@ def test_an_encoder_decoders_fine_tuning_trunk_is_its_encoder(name):
     """`trunk(params)` of T5 and BART is the encoder (token table included, no pooler): the trunk
     classification, tagging and QA heads sit on takes exactly its tensors, and computes what the
     pretrained model's encoder computes."""
-    c = get_config(name)
+    c = helpers.config(name, "tiny")
     c.model.vocab_size = 90
     model = models.build(c.model)
     rng = np.random.default_rng(0)
@@ -195,12 +196,10 @@ def test_a_t5_run_fine_tunes_a_classifier_on_its_encoder(tmp_path):
     """A T5 pretraining run feeds classification: its vocabulary is read with the 100 sentinels
     pretraining added (8,100 rows, which a plain load of the sentencepiece model would miss), every
     encoder tensor loads, and the loss falls on the SST-2 fixture."""
-    from test_finetune import sst2_from
-
     from bertology.train.checkpoint import load_params
     from bertology.train.loop import train
 
-    c = get_config("t5")
+    c = helpers.config("t5", "tiny")
     c.update(batch_size=8, total_steps=2, log_every=1, eval_every=0, checkpoint_every=2)
     c.mesh.shape = (1, 1)
     c.model.update(num_layers=1, hidden_size=32, num_heads=2, head_size=16, intermediate_size=64)

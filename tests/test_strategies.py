@@ -1,8 +1,7 @@
 """Sharding strategies on 8 simulated devices: same losses as one device, and the promised memory."""
 
-import pathlib
-import sys
 
+import helpers
 import jax
 import numpy as np
 import pytest
@@ -11,16 +10,12 @@ from bertology.errors import UserError
 from bertology.train import sharding
 from bertology.train.loop import train
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "configs"))
-import bert as bert_config  # noqa: E402
-
 MESHES = {"dp": (8, 1), "fsdp": (8, 1), "tp": (4, 2), "fsdp_tp": (4, 2)}
 STEPS = 20
 
 
 def tiny(strategy: str, shape: tuple[int, int]):
-    c = bert_config.get_config("tiny")
+    c = helpers.config("bert", "tiny")
     c.batch_size, c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = 8, STEPS, 1, 0, 1000
     c.data.max_seq_length, c.data.max_predictions_per_seq = 32, 5
     c.mesh.strategy, c.mesh.shape = strategy, shape

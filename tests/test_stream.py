@@ -3,27 +3,23 @@ devices, with windows small enough that the runs cross several of them."""
 
 import json
 import os
-import pathlib
 import signal
 import subprocess
 import sys
 import time
 
+import helpers
 import jax
 import numpy as np
 import pytest
 
 from bertology.train.loop import train
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "configs"))
-import bert as bert_config  # noqa: E402
-
 STEPS, CHECKPOINT = 16, 5
 
 
 def config(**overrides):
-    c = bert_config.get_config("tiny")
+    c = helpers.config("bert", "tiny")
     c.batch_size = 16
     c.data.max_seq_length = 64
     c.data.max_predictions_per_seq = 10

@@ -2,18 +2,17 @@
 sweep end to end whose table holds the fine-tuning runs' ROUGE."""
 
 import json
-import pathlib
 import re
 
 import ml_collections
 import pytest
+from helpers import REPO
 
 from bertology import models, sweep
 from bertology.data.noising import random_spans_lengths
 from bertology.errors import UserError
 from bertology.models import flops
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
 T5_VOCAB = 8000 + 100  # the shipped unigram plus T5's 100 sentinels
 
 

@@ -2,11 +2,11 @@
 
 import importlib
 import json
-import pathlib
 
 import ml_collections
 import numpy as np
 import pytest
+from helpers import FIXTURES
 
 from bertology import tasks
 from bertology.data.embedded import DEFAULT_VOCAB
@@ -15,8 +15,6 @@ from bertology.errors import UserError
 from bertology.evaluation import conll as conll_metrics
 from bertology.tasks import embedded, encode, qa
 from bertology.tasks.inputs import featurize
-
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="module")

@@ -2,14 +2,12 @@
 distillation terms and the prediction-layer term against numpy, and a tiny general distillation
 whose loss falls with the teacher bit-identical afterwards."""
 
-import pathlib
-import sys
-
 import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
 import pytest
+from helpers import short_run_config
 
 from bertology import models, objectives
 from bertology.errors import UserError
@@ -19,11 +17,6 @@ from bertology.objectives.tinybert import layers_and_scores
 from bertology.train.checkpoint import load_params
 from bertology.train.loop import train
 from bertology.train.teacher import WithTeacher
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "configs"))
-import bert as bert_config  # noqa: E402
-import tinybert as tinybert_config  # noqa: E402
 
 V, L, B, HEADS = 37, 8, 3, 2
 
@@ -123,26 +116,10 @@ def test_prediction_layer_soft_cross_entropy_matches_numpy():
     assert float(got["soft_ce"]) == pytest.approx(np.mean(-(p_t * log_p_s).sum(-1)), rel=1e-5)
 
 
-RUN = {"data.max_seq_length": 32, "data.max_predictions_per_seq": 5, "batch_size": 8, "mesh.shape": (1, 1),
-       "log_every": 5, "eval_every": 0, "checkpoint_every": 1000, "optimizer.warmup_steps": 5}
-
-
-def _config(module, preset, run=RUN, **overrides):
-    """`module.get_config(preset)` with the short run's settings `run`, then `overrides` (dotted keys)."""
-    c = module.get_config(preset)
-    for key, value in {**run, **overrides}.items():
-        node = c
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
-    return c
-
-
 def test_tiny_general_distillation_learns_and_keeps_the_teacher_frozen(tmp_path):
-    train(_config(bert_config, "tiny", total_steps=20), tmp_path / "teacher")
+    train(short_run_config("bert", "tiny", total_steps=20), tmp_path / "teacher")
     before, _ = load_params(tmp_path / "teacher")
-    out = train(_config(tinybert_config, "tiny", total_steps=30, teacher_checkpoint=str(tmp_path / "teacher")),
+    out = train(short_run_config("tinybert", "tiny", total_steps=30, teacher_checkpoint=str(tmp_path / "teacher")),
                 tmp_path / "student")
     history = out["history"]
     loss = [row["loss"] for row in history]

@@ -1,7 +1,6 @@
 """End-to-end pretraining on the embedded corpus: learning, exact resume, multi-device parity."""
 
 import json
-import pathlib
 import signal
 import subprocess
 import sys
@@ -10,31 +9,9 @@ import time
 import jax
 import numpy as np
 import pytest
+from helpers import REPO, tiny_config
 
 from bertology.train.loop import train
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "configs"))
-import bert as bert_config  # noqa: E402
-
-
-def tiny_config(**overrides):
-    c = bert_config.get_config("tiny")
-    c.batch_size = 16
-    c.data.max_seq_length = 64
-    c.data.max_predictions_per_seq = 10
-    c.total_steps = 50
-    c.log_every = 1
-    c.eval_every = 0
-    c.checkpoint_every = 1000
-    c.mesh.shape = (1, 1)
-    for k, v in overrides.items():
-        node = c
-        *path, last = k.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = v
-    return c
 
 
 def losses(summary, key="loss"):

@@ -2,7 +2,7 @@
 from BERT, training, and sequence-to-sequence decoding.
 
 References are independent of the code under test: mask matrices built by hand from unilm-v1's
-rules (FACTS §8), perturbation of later/earlier tokens, statistics of the transform over many
+rules (`src/biunilm/seq2seq_loader.py`), perturbation of later/earlier tokens, statistics of the transform over many
 batches, a Hugging Face BERT run under the same hand-built masks as a 3-D attention mask, and a
 full-recompute greedy decoder.
 """
@@ -10,6 +10,7 @@ full-recompute greedy decoder.
 import types
 
 import flax.linen as nn
+import helpers
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -270,17 +271,10 @@ def _at(tree, path):
 
 
 def test_bert2bert_encoder_comes_from_bert_and_decoder_stays_fresh(tmp_path):
-    import importlib.util
-    import pathlib
-
     import torch
 
     hf, bert, _ = _hf_bert(tmp_path)
-    spec = importlib.util.spec_from_file_location(
-        "bert2bert", pathlib.Path(__file__).parent.parent / "configs" / "bert2bert.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    block = module.get_config("tiny").model
+    block = helpers.config("bert2bert", "tiny").model
     block.update(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                  max_position_embeddings=32, dropout_rate=0.0, attention_dropout_rate=0.0)
     model = models.build(block)

@@ -8,6 +8,7 @@ over their concatenation.
 """
 
 import flax.linen as nn
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -276,29 +277,17 @@ def test_flops_match_xla_count(family):
 def test_configs_build_and_refuse():
     """Every preset builds its model config; settings the families do not compute are refused."""
     for name, presets in (("transfo_xl", ("tiny", "base")), ("xlnet", ("tiny", "base", "large"))):
-        module = _load(name)
         for preset in presets:
-            c = module.get_config(preset)
+            c = helpers.config(name, preset)
             block = dict(c.model, vocab_size=c.model.vocab_size or 8192)
             cfg = models.encoder_config(block)
             assert cfg.num_layers >= 2 and block["mem_len"] > 0
         with pytest.raises(UserError):
-            module.get_config("huge")
-    base = dict(_load("transfo_xl").get_config("base").model, vocab_size=8192)
+            helpers.config(name, "huge")
+    base = dict(helpers.config("transfo_xl", "base").model, vocab_size=8192)
     assert (base["num_layers"], base["hidden_size"], base["num_heads"], base["intermediate_size"], base["mem_len"]) == (
         16, 410, 10, 2100, 150)
     with pytest.raises(UserError, match="positions"):
         models.build(dict(TXL, positions="absolute"))
     with pytest.raises(UserError, match="same_length"):
         models.build(dict(TXL, same_length=True, mem_len=0))
-
-
-def _load(name):
-    """The module of configs/<name>.py."""
-    import importlib.util
-    import pathlib
-
-    spec = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).parent.parent / "configs" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

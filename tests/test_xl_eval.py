@@ -6,10 +6,10 @@ with the same block reports."""
 import json
 
 import flax.linen as nn
+import helpers
 import jax
 import numpy as np
 import pytest
-from test_xl_train import get_config
 
 from bertology import models, validation
 from bertology.errors import UserError
@@ -34,7 +34,7 @@ def test_a_longer_memory_reaches_back_further(same_length):
     """A 1-layer Transformer-XL's memory is its embeddings of the segments before: with mem_len L
     segment 3 sees only segment 2, so changing segment 1 leaves its logits as they were; with
     mem_len 2L (the same parameters) it sees segment 1 too, and they change."""
-    c = get_config("transfo_xl")
+    c = helpers.config("transfo_xl", "tiny")
     c.model.update(num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=60, mem_len=L,
                    dropout_rate=0.0, attention_dropout_rate=0.0, activation_dropout_rate=0.0)
     rng = np.random.default_rng(0)
@@ -53,7 +53,7 @@ def test_a_longer_memory_reaches_back_further(same_length):
 
 
 def _run_config(steps: int, **eval_block):
-    c = get_config("transfo_xl")
+    c = helpers.config("transfo_xl", "tiny")
     c.update(batch_size=8, total_steps=steps, log_every=1, eval_every=steps, eval_batches=4, checkpoint_every=steps,
              seed=3)
     c.model.update(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, max_position_embeddings=16,
@@ -106,7 +106,7 @@ def test_same_length_without_memory_and_foreign_keys_are_refused():
     c = _run_config(2, mem_len=0, same_length=True)
     with pytest.raises(UserError, match="eval.same_length=True needs memory at evaluation"):
         validation.check(c)
-    c = get_config("xlnet")
+    c = helpers.config("xlnet", "tiny")
     c.eval.same_length = True
     with pytest.raises(UserError, match="eval.same_length=True is not a setting of this xlnet model"):
         validation.check(c)

@@ -3,11 +3,11 @@ the contiguous LM lanes continue one token stream, both families' losses fall, a
 after a checkpoint and resumed equals an uninterrupted one, losses and carried memory, and one
 device equals eight (the memory's rows sharded over them like the batch's)."""
 
-import importlib.util
 import pathlib
 import shutil
 
 import flax.linen as nn
+import helpers
 import jax
 import ml_collections
 import numpy as np
@@ -17,15 +17,6 @@ from bertology.data import lanes
 from bertology.data.embedded import BYTE_BPE_VOCAB
 from bertology.data.tokenizers import load_tokenizer
 from bertology.data.transforms import make
-
-CONFIGS = pathlib.Path(__file__).parent.parent / "configs"
-
-
-def get_config(name: str, preset: str = "tiny") -> ml_collections.ConfigDict:
-    spec = importlib.util.spec_from_file_location(name, CONFIGS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(preset)
 
 
 def test_contiguous_lm_lanes_continue_one_stream_with_next_token_targets():
@@ -53,7 +44,7 @@ def _run(name: str, workdir: pathlib.Path, steps: int, *, length: int = 32, mesh
     at half, on all 8 simulated devices unless `mesh` says otherwise."""
     from bertology.train.loop import train
 
-    c = get_config(name)
+    c = helpers.config(name, "tiny")
     c.update(batch_size=8, total_steps=steps, log_every=1, eval_every=0, checkpoint_every=steps // 2, seed=3)
     c.mesh.shape = mesh
     c.model.update(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, max_position_embeddings=length,
@@ -121,7 +112,7 @@ def test_xlnet_summary_is_the_last_token_and_left_padding_leaves_it_unchanged():
     from bertology import models
     from bertology.models import xlnet
 
-    c = get_config("xlnet")
+    c = helpers.config("xlnet", "tiny")
     c.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=50)
     trunk = xlnet.task_trunk(models.encoder_config(c.model), "encoder")
     rng = np.random.default_rng(0)
@@ -160,7 +151,7 @@ def test_xlnet_trunk_of_shared_biases_computes_the_pretrained_network():
     from bertology import models
     from bertology.models import xlnet
 
-    c = get_config("xlnet")
+    c = helpers.config("xlnet", "tiny")
     c.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=50, untie_r=False,
                    mem_len=0, reuse_len=0, bi_data=False, dropout_rate=0.0)
     model = models.build(c.model)
@@ -191,7 +182,7 @@ def test_xlnet_finetunes_from_its_pretraining_run(tmp_path):
 
     _run("xlnet", tmp_path / "pre", 2, mem_len=24, dropout_rate=0.0, attention_dropout_rate=0.0,
          activation_dropout_rate=0.0)
-    c = get_config("finetune/xlnet", "sst2")
+    c = helpers.config("finetune/xlnet", "sst2")
     c.update(init_checkpoint=str(tmp_path / "pre"), total_steps=40, batch_size=8, eval_batch_size=8, log_every=1)
     c.data.update(dir=str(pathlib.Path(__file__).parent / "fixtures" / "glue" / "SST-2"), max_seq_length=48)
     c.optimizer.learning_rate = 3e-3

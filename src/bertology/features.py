@@ -58,9 +58,8 @@ def extract(
     tasks.check_length(cfg, max_seq_length, "max_seq_length")
     tokenizer = for_data(config["data"])
     arrays = stack([encode_pair(tokenizer, t, "", max_seq_length) for t in texts])
-    task_inputs = getattr(family, "task_inputs", None)
-    if task_inputs is not None:  # ELMo reads each word's characters
-        arrays = task_inputs(cfg, tokenizer, arrays)
+    if family.task_inputs is not None:  # ELMo reads each word's characters
+        arrays = family.task_inputs(cfg, tokenizer, arrays)
     trunk = tasks.trunk(cfg, config["model"]["family"])  # the network fine-tuning puts under its heads
     first = {k: v[:1] for k, v in arrays.items()}
     # what only fine-tuning trains (XLNet's summary) keeps an initialisation no layer reads
@@ -112,7 +111,8 @@ def main(argv: list[str]) -> int:
         try:
             layers = [int(i) for i in fv.layers]
         except ValueError:
-            raise UserError(f"--layers={','.join(fv.layers)} is not a list of layer numbers; e.g. --layers=-1 or --layers=0,-1") from None
+            raise UserError(f"--layers={','.join(fv.layers)} is not a list of layer numbers; "
+                            "e.g. --layers=-1 or --layers=0,-1") from None
         out = extract(fv.checkpoint, texts, layers=layers, max_seq_length=fv.max_seq_length)
     except (UserError, flags.Error) as e:
         print(f"bertology.features: error: {str(e).splitlines()[0]}", file=sys.stderr)

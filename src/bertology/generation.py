@@ -7,21 +7,13 @@ sampled or beam search, each batched and compiled as one jitted program.
     texts = generate_text("runs/gpt_tiny", ["Return the"], max_new_tokens=20)
     texts = generate_text("runs/s2s_bart", ["Return the sum."], sources=True, num_beams=4)
 
-One path for every model: `_prime` fills the cache and names the first token to feed, then a
-`lax.while_loop` feeds one token per row and step. For a decoder-only model the prompts share a
-batch by left padding: every row's last prompt token then sits in the same column, so one step
-feeds one new column for all rows, and positions come from the mask (`max(cumsum(mask) - 1, 0)`),
-so a padded row sees exactly what it would alone; the prompt goes into the cache in one call
-(prefill). For an encoder-decoder model (BART, T5, MASS) the source is the input: the
-cache-creating call encodes it once and caches every layer's cross-attention keys, and decoding
-starts from `decoder_start_id` (T5: pad, BART: EOS) at decoder position 0. For UniLM (one shared
-Transformer, Dong et al. 2019) the left-padded source `[CLS] source [SEP]` is the input and the
-target follows it in the same sequence under the sequence-to-sequence mask (the source
-bidirectional, the target causal): the prefill caches the whole source, and each step feeds the
-previous token and a `[MASK]` (`mask_id`) after it and reads the next token from the MLM head
-at the `[MASK]`, as unilm-v1's decoder does; the cache index then steps back by one, so the next
-step overwrites the `[MASK]`'s keys with the token chosen for it (step 0 feeds the source's last
-token again, whose keys it rewrites unchanged). The loop stops early once every row is done.
+One path for every model: the model's way of decoding (`bertology.models.decoding`: decoder-only,
+encoder-decoder, or a family's own such as UniLM's) fills the cache and names the first token to
+feed, then a `lax.while_loop` feeds one token per row and step. A decoder-only model's prompts
+share a batch by left padding and go into the cache in one call (prefill); an encoder-decoder
+(BART, T5, MASS) encodes its source once and starts from `decoder_start_id` (T5: pad, BART: EOS);
+UniLM reads the next token at a `[MASK]` (`mask_id`) after the tokens so far. The loop stops
+early once every row is done.
 
 Sampling follows the usual definitions, in the usual order (Hugging Face's too): logits are
 divided by the temperature; top-k keeps the k largest; top-p (the nucleus, Holtzman et al. 2020)
@@ -45,18 +37,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import pathlib
-from typing import Any, Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertology.data import transforms
 from bertology.errors import UserError
-from bertology.models import unilm
-from bertology.models.transformer import EncoderDecoder
+from bertology.models.decoding import decoding_of, per_row, require
 
 NEG = -1.0e9  # Hugging Face's score of an impossible beam; kept so that the arithmetic (and ties) are theirs
 
@@ -95,11 +86,6 @@ def sample(logits: jax.Array, key: jax.Array, temperature: float = 0.0, top_k: i
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     filtered = filter_logits(logits.astype(jnp.float32) / temperature, top_k, top_p)
     return jax.random.categorical(key, filtered, axis=-1).astype(jnp.int32)
-
-
-def is_decoder(model: nn.Module) -> bool:
-    """Whether `model` can run against a KV cache: its `__call__` takes `decode`, or it is UniLM."""
-    return "decode" in inspect.signature(type(model).__call__).parameters or isinstance(model, unilm.Model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,128 +147,43 @@ def beam_search(model: nn.Module, params: Any, input_ids: np.ndarray, input_mask
                         f"{vocab}; lower num_beams")
     # Hugging Face divides by a Python float (a double, then rounded): the same table here.
     divisors = (np.arange(1, max_new_tokens + 1, dtype=np.float64) ** float(length_penalty)).astype(np.float32)
-    tokens, scores = _beam_loop(model, params, ids, mask, jnp.asarray(divisors), num_beams=num_beams, max_new_tokens=max_new_tokens,
-                                eos_id=None if eos_id is None else int(eos_id), start_id=decoder_start_id,
+    tokens, scores = _beam_loop(model, params, ids, mask, jnp.asarray(divisors), num_beams=num_beams,
+                                max_new_tokens=max_new_tokens, eos_id=None if eos_id is None else int(eos_id),
+                                start_id=decoder_start_id,
                                 mask_id=mask_id, length_penalty=float(length_penalty), early_stopping=early_stopping)
     return Beams(np.asarray(tokens), np.asarray(scores))
 
 
 def _inputs(model: nn.Module, input_ids: np.ndarray, input_mask: np.ndarray, max_new_tokens: int,
             decoder_start_id: int | None, mask_id: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """The checked inputs as the loop takes them: prompts and UniLM sources left-padded,
-    encoder-decoder sources as given."""
+    """The checked inputs as the loop takes them: left-padded where the model's way of decoding
+    says so (prompts, UniLM sources), else as given (encoder-decoder sources)."""
     ids, mask = np.asarray(input_ids), np.asarray(input_mask)
-    if not is_decoder(model):
-        raise UserError(f"{type(model).__module__}.{type(model).__name__} is not a decoder (its __call__ takes no "
-                        "decode); generate from a causal LM such as configs/gpt.py or an encoder-decoder")
+    way = require(model)
     if ids.ndim != 2 or ids.shape != mask.shape:
         raise UserError(f"input_ids {ids.shape} and input_mask {mask.shape} must both be [batch, length]")
     cfg = model.cfg
-    encoder_decoder = isinstance(model, EncoderDecoder)
-    what = "source" if encoder_decoder or isinstance(model, unilm.Model) else "prompt"
+    what = "source" if way.transduces else "prompt"
     lengths = (mask > 0).sum(axis=1)
     if (lengths == 0).any():
         raise UserError(f"{what} {int(np.argmin(lengths))} has no tokens; every {what} needs at least one")
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens={max_new_tokens}; ask for at least 1")
-    if encoder_decoder and decoder_start_id is None:
+    if way.takes_start and decoder_start_id is None:
         raise UserError("an encoder-decoder needs decoder_start_id (T5: the pad id 0, BART: the EOS id)")
-    if not encoder_decoder and decoder_start_id is not None:
+    if not way.takes_start and decoder_start_id is not None:
         raise UserError("decoder_start_id is for encoder-decoder models; a decoder-only model continues its prompt")
-    if isinstance(model, unilm.Model) != (mask_id is not None):
+    if way.takes_mask != (mask_id is not None):
         raise UserError("mask_id is UniLM's [MASK] id, which it needs and other models do not take; pass it for "
                         "UniLM (tokenizer.mask_id) only")
     if cfg.positions == "absolute":
         context = cfg.max_position_embeddings - cfg.position_offset
-        longest = max(max_new_tokens, ids.shape[1]) if encoder_decoder else lengths.max() + max_new_tokens
-        if longest > context:
+        if way.positions(ids.shape[1], int(lengths.max()), max_new_tokens) > context:
             raise UserError(f"a {what} of {lengths.max()} tokens with max_new_tokens={max_new_tokens} exceeds the "
                             f"model's context of {context} positions; shorten it or lower max_new_tokens")
-    if encoder_decoder:
-        return ids.astype(np.int32), (mask > 0).astype(np.int32)
-    return left_pad(ids, mask)
-
-
-def _prime(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, max_new_tokens: int,
-           start_id: int | None, mask_id: int | None,
-           copies: int = 1) -> tuple[Any, jax.Array, Callable[[jax.Array, jax.Array], dict[str, jax.Array]]]:
-    """(the filled cache, the first token each row feeds, feed(token, step) -> the batch of one
-    step), for `copies` consecutive rows per input (beam search's beams): the inputs are encoded
-    or prefilled once and the filled cache's rows repeated, not the inputs.
-
-    Decoder-only: the prefill takes every prompt token but the last, and its logits are never
-    read, so XLA drops the vocabulary projection of the whole prompt (at 16 tokens, batch 8 and
-    GPT-2's vocabulary that costs as much as a couple of decoding steps); the last prompt token
-    is the first one fed. Encoder-decoder: the cache-creating call (a decoder input of
-    max_new_tokens slots) runs the encoder; its decoder states are unused, so XLA drops them.
-    UniLM: the prefill takes the whole source (bidirectional, so every source token must see the
-    last one), then the cache index steps back one and the last source token is fed again with
-    the first `[MASK]` (see the module docstring).
-    """
-    rows = ids.shape[0]
-    ones = jnp.ones((rows * copies, 1), jnp.int32)
-    positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
-    last = jnp.repeat(positions[:, -1:], copies, axis=0)  # each fed row's last input position
-    expand = lambda cache: cache if copies == 1 else _per_row(  # noqa: E731
-        cache, lambda x, axis: jnp.repeat(x, copies, axis=axis), model.cfg.scan_layers)
-    first = jnp.repeat(ids[:, -1], copies)
-    if isinstance(model, unilm.Model):
-        source = ids.shape[1]
-        blank = jnp.zeros((rows, source + max_new_tokens), jnp.int32)
-        cache = model.init(jax.random.key(0), unilm.seq2seq_batch(blank, blank, blank, source, jnp.arange(blank.shape[1])),
-                           method=unilm.Model.next_token)["cache"]
-        prefill = unilm.seq2seq_batch(ids, mask, positions, source, jnp.arange(source))
-        _, variables = model.apply({"params": params, "cache": cache}, prefill, method=unilm.Model.next_token,
-                                   mutable=["cache"])
-        pair = jnp.arange(2)
-
-        def feed_pair(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
-            fed = jnp.stack([token, jnp.full_like(token, mask_id)], axis=1)
-            return unilm.seq2seq_batch(fed, jnp.ones_like(fed), last + step + pair, source, source - 1 + step + pair)
-
-        return expand(_rewind(variables["cache"])), first, feed_pair
-
-    if isinstance(model, EncoderDecoder):
-        slots = jnp.zeros((rows, max_new_tokens), jnp.int32)
-        batch = {"input_ids": ids, "input_mask": mask, "decoder_input_ids": slots, "decoder_input_mask": jnp.ones_like(slots)}
-        _, variables = model.apply({"params": params}, batch, decode=True, mutable=["cache"])
-
-        def feed(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
-            return {"decoder_input_ids": token[:, None], "decoder_input_mask": ones, "decoder_positions": ones * step}
-
-        return expand(variables["cache"]), jnp.full((rows * copies,), start_id, jnp.int32), feed
-
-    prompt = ids.shape[1]
-    # Cache slots for every token that is fed: the prompt and all new tokens but the last.
-    # init's parameters are unused, so XLA drops them.
-    slots = jnp.zeros((rows, prompt + max_new_tokens - 1), jnp.int32)
-    cache = model.init(jax.random.key(0), {"input_ids": slots, "input_mask": jnp.ones_like(slots)}, decode=True)["cache"]
-    if prompt > 1:
-        piece = {"input_ids": ids[:, :-1], "input_mask": mask[:, :-1], "positions": positions[:, :-1]}
-        _, variables = model.apply({"params": params, "cache": cache}, piece, decode=True, mutable=["cache"])
-        cache = variables["cache"]
-
-    def feed(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
-        return {"input_ids": token[:, None], "input_mask": ones, "positions": last + step}
-
-    return expand(cache), first, feed
-
-
-def _rewind(cache: Any) -> Any:
-    """The cache with every self-attention index one slot back: the next call overwrites the last slot."""
-    return jax.tree_util.tree_map_with_path(
-        lambda p, x: x - 1 if jax.tree_util.keystr(p).endswith("['index']") else x, cache)
-
-
-def _forward(model: nn.Module, params: Any, cache: Any, piece: dict[str, jax.Array]) -> tuple[jax.Array, Any]:
-    """The logits [rows, vocab] float32 of one step's token, and the cache after it (UniLM: of
-    the step's `[MASK]`, whose slot the cache then gives back)."""
-    if isinstance(model, unilm.Model):
-        logits, variables = model.apply({"params": params, "cache": cache}, piece, method=unilm.Model.next_token,
-                                        mutable=["cache"])
-        return logits.astype(jnp.float32), _rewind(variables["cache"])
-    out, variables = model.apply({"params": params, "cache": cache}, piece, decode=True, mutable=["cache"])
-    return out["logits"][:, -1].astype(jnp.float32), variables["cache"]
+    if way.left_pad:
+        return left_pad(ids, mask)
+    return ids.astype(np.int32), (mask > 0).astype(np.int32)
 
 
 @functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "temperature", "top_k", "top_p", "eos_id",
@@ -292,7 +193,8 @@ def _sample_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array,
                  start_id: int | None, mask_id: int | None) -> jax.Array:
     """Greedy or sampled tokens [batch, max_new_tokens]: prime the cache, then a while loop of single-token steps."""
     batch = ids.shape[0]
-    cache, first, feed = _prime(model, params, ids, mask, max_new_tokens, start_id, mask_id)
+    way = require(model)
+    cache, first, feed = way.prime(model, params, ids, mask, max_new_tokens, start_id, mask_id, 1)
 
     def more(state: tuple) -> jax.Array:
         step, _, _, done, _ = state
@@ -300,7 +202,7 @@ def _sample_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array,
 
     def step_once(state: tuple) -> tuple:
         step, token, cache, done, out = state
-        logits, cache = _forward(model, params, cache, feed(token, step))
+        logits, cache = way.forward(model, params, cache, feed(token, step))
         token = sample(logits, jax.random.fold_in(key, step), temperature, top_k, top_p)
         if eos_id is not None:
             token = jnp.where(done, eos_id, token)
@@ -312,21 +214,6 @@ def _sample_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array,
     return jax.lax.while_loop(more, step_once, state)[-1]
 
 
-def _per_row(cache: Any, f: Callable[[jax.Array, int], jax.Array], scanned: bool, cross: bool = True) -> Any:
-    """`f(entry, batch axis)` on the cache's per-row entries (keys, values, key masks: the batch
-    axis first, after the layer axis of a scanned stack); the others (indices, positions, slots)
-    have fewer axes and are shared by all rows. `cross=False` leaves cross-attention's entries as
-    they are."""
-    axis = 1 if scanned else 0
-
-    def apply(path: tuple, x: jax.Array) -> jax.Array:
-        if x.ndim <= axis + 1 or not cross and "cross_attention" in jax.tree_util.keystr(path):
-            return x
-        return f(x, axis)
-
-    return jax.tree_util.tree_map_with_path(apply, cache)
-
-
 def _reorder(cache: Any, rows: jax.Array, scanned: bool) -> Any:
     """The cache with its batch rows taken in the order `rows`, which only reorders rows among
     the copies of one input (beam search's beams).
@@ -335,7 +222,7 @@ def _reorder(cache: Any, rows: jax.Array, scanned: bool) -> Any:
     every copy of one input, so the gather would rewrite them unchanged, yet it would copy every
     layer's source keys and values at every step (T5-small, 8 sources of 128 tokens, 4 beams:
     100 MB a step, four times the self-attention cache)."""
-    return _per_row(cache, lambda x, axis: jnp.take(x, rows, axis=axis), scanned, cross=False)
+    return per_row(cache, lambda x, axis: jnp.take(x, rows, axis=axis), scanned, cross=False)
 
 
 def _gather(x: jax.Array, index: jax.Array) -> jax.Array:
@@ -353,7 +240,8 @@ def _beam_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, d
     `divisors[n - 1]` is n**length_penalty."""
     k, steps = num_beams, max_new_tokens
     batch = ids.shape[0]
-    cache, first, feed = _prime(model, params, ids, mask, max_new_tokens, start_id, mask_id, copies=k)
+    way = require(model)
+    cache, first, feed = way.prime(model, params, ids, mask, max_new_tokens, start_id, mask_id, k)
     fill = 0 if eos_id is None else eos_id
     columns = jnp.arange(steps)
     top_half = jnp.arange(2 * k) < k  # the candidates that may finish: the best num_beams of 2·num_beams
@@ -367,7 +255,7 @@ def _beam_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, d
 
     def step_once(state: tuple) -> tuple:
         step, token, cache, running, running_scores, hyps, hyp_scores, finished, open_rows, _ = state
-        logits, cache = _forward(model, params, cache, feed(token, step))
+        logits, cache = way.forward(model, params, cache, feed(token, step))
         vocab = logits.shape[-1]
         scores = jax.nn.log_softmax(logits).reshape(batch, k, vocab) + running_scores[:, :, None]
         top_scores, top = jax.lax.top_k(scores.reshape(batch, k * vocab), 2 * k)
@@ -407,22 +295,23 @@ def _beam_loop(model: nn.Module, params: Any, ids: jax.Array, mask: jax.Array, d
     return state[5], state[6]
 
 
-def decoder_start_id(data: dict[str, Any], family: str, tokenizer: Any) -> int:
-    """The id an encoder-decoder's decoder starts from: `data.decoder_start` if set, else the
-    pretraining objective's convention: EOS after BART/MASS denoising (fairseq), the pad id
-    otherwise (T5)."""
+def decoder_start_id(data: dict[str, Any], model: nn.Module, tokenizer: Any) -> int:
+    """The id an encoder-decoder's decoder starts from: `data.decoder_start` if set, else EOS where
+    the pretraining data (BART's and MASS's denoising: fairseq's convention, the transform's
+    `start_token`) or the network (BART's, as its Hugging Face checkpoints) start from it, else
+    the pad id (T5)."""
     start = data.get("decoder_start")
     if start is None:
-        start = tokenizer.eos_id if data.get("objective") in ("bart", "mass") or family == "bart" else tokenizer.pad_id
+        transform = transforms.TRANSFORMS.get(data.get("objective") or "")
+        eos = "eos" in (getattr(model, "decoder_start", None), getattr(transform, "start_token", None))
+        start = tokenizer.eos_id if eos else tokenizer.pad_id
     return int(start)
 
 
 def frame_source(model: nn.Module, tokenizer: Any, ids: list[int], length: int | None = None) -> list[int]:
-    """A tokenized source as the model reads it (and fine-tuning trains it): closed with EOS for an
-    encoder-decoder, `[CLS] source [SEP]` for UniLM; cut so that it fits `length` tokens."""
-    if isinstance(model, unilm.Model):
-        return [tokenizer.cls_id, *ids[: None if length is None else length - 2], tokenizer.sep_id]
-    return ids[: None if length is None else length - 1] + [tokenizer.eos_id]
+    """A tokenized source as the model reads it (and fine-tuning trains it), cut so that it fits
+    `length` tokens: closed with EOS for an encoder-decoder, `[CLS] source [SEP]` for UniLM."""
+    return require(model).frame(tokenizer, ids, length)
 
 
 def generate_text(checkpoint_dir: str | pathlib.Path, texts: list[str], *, sources: bool = False,
@@ -443,10 +332,11 @@ def generate_text(checkpoint_dir: str | pathlib.Path, texts: list[str], *, sourc
     params, config = load_params(checkpoint_dir)
     model = models.build(config["model"])
     family = config["model"]["family"]
-    transducer = isinstance(model, (EncoderDecoder, unilm.Model))
-    if not is_decoder(model):
+    way = decoding_of(model)
+    if way is None:
         raise UserError(f"{checkpoint_dir} holds a {family} model, which is not a decoder; generate from a causal LM "
                         "(configs/gpt.py), an encoder-decoder (BART, T5, MASS) or a UniLM run")
+    transducer = way.transduces
     if transducer != sources:
         raise UserError(f"{checkpoint_dir} holds a {family} model, which " + (
             "maps a source to a target; pass --source, not --prompt" if transducer else
@@ -456,18 +346,18 @@ def generate_text(checkpoint_dir: str | pathlib.Path, texts: list[str], *, sourc
     for i, (text, ids) in enumerate(zip(texts, encoded)):
         if not ids:
             raise UserError(f"{what} {i} ({text!r}) is empty; give some text to " + ("transduce" if sources else "continue"))
-    eos = tokenizer.eos_id
+    eos = way.end_id(tokenizer)
     if transducer:
-        encoded = [frame_source(model, tokenizer, e, config["data"].get("max_seq_length")) for e in encoded]
-    if isinstance(model, EncoderDecoder):
-        options["decoder_start_id"] = decoder_start_id(config["data"], family, tokenizer)
-    elif isinstance(model, unilm.Model):
-        eos, options["mask_id"] = tokenizer.sep_id, tokenizer.mask_id
+        encoded = [way.frame(tokenizer, e, config["data"].get("max_seq_length")) for e in encoded]
+    if way.takes_start:
+        options["decoder_start_id"] = decoder_start_id(config["data"], model, tokenizer)
+    if way.takes_mask:
+        options["mask_id"] = tokenizer.mask_id
     width = max(map(len, encoded))
-    ids = np.array([e + [0] * (width - len(e)) for e in encoded], np.int32)
+    padded = np.array([e + [0] * (width - len(e)) for e in encoded], np.int32)
     mask = (np.arange(width)[None] < np.array([len(e) for e in encoded])[:, None]).astype(np.int32)
     options.setdefault("max_new_tokens", 50)
-    tokens = generate(model, jax.device_put(params), ids, mask, eos_id=eos, **options)
+    tokens = generate(model, jax.device_put(params), padded, mask, eos_id=eos, **options)
     out = []
     for row in tokens.tolist():
         end = row.index(eos) if eos in row else len(row)

@@ -50,7 +50,7 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         corpus=placeholder(str),  # a text file or directory; None: the embedded default corpus
         vocab=placeholder(str),  # vocab.txt or sentencepiece .model; None: the shipped 8k WordPiece
         cache_dir=placeholder(str),  # where tokenized corpora are kept; None: ~/.cache/bertology/tfds
-        objective="mlm",  # the data transform (data/transforms.py): mlm | causal (GPT) | prefix_lm (T5, UniLM)
+        objective="mlm",  # the data transform (data/transforms.py's registry), e.g. causal (GPT), span_corruption (T5), unilm
         max_seq_length=128,
         max_predictions_per_seq=20,
         masked_lm_prob=0.15,
@@ -58,7 +58,8 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         random_prob=0.1,  # ... a random token; the rest keep their token
         mask_unit="token",  # token | whole_word | ngram | span | entity (needs lexicon)
         lexicon=placeholder(str),  # phrases/entities, one per line, for mask_unit=entity (ERNIE); None: shipped list
-        instances="pairs",  # pairs (two segments) | full_sentences (RoBERTa) | packed (several documents per row, no attention across them)
+        # pairs (two segments) | full_sentences (RoBERTa) | packed (several documents per row, no attention across them)
+        instances="pairs",
         sentence_task="nsp",  # for pairs: nsp (random next) | sop (swapped order)
         short_seq_prob=0.1,
         masking="static",  # static: dupe_factor precomputed masked copies; dynamic: fresh masks each batch

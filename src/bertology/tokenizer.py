@@ -14,9 +14,9 @@ import argparse
 import sys
 import time
 
+from bertology.data.corpus import check_text
 from bertology.data.embedded import embedded_corpus_path
 from bertology.data.tokenizers import load_tokenizer
-from bertology.data.corpus import check_text
 from bertology.data.tokenizers.train import BYTE_BPE_SPECIALS, KINDS, SPECIALS, corpus_files, train_tokenizer
 from bertology.errors import UserError
 

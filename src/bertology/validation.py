@@ -14,7 +14,7 @@ there, when the model is built, which is also before anything is written.
 `optimizer.warmup_steps` larger than `total_steps` is allowed on purpose: the schedule clamps it
 (`train.optimizer.schedule`), which short smoke runs of the big recipes rely on.
 
-The masked-prediction cap must not cut the masking rate (`_check_predictions`). Masked-LM data
+The masked-prediction cap must not cut the masking rate (`MaskedLM.validate`, data/transforms.py). Masked-LM data
 (the `mlm` transform and those built on it, `unilm`: `data.masked_lm_prob` and
 `data.max_predictions_per_seq` are read only there) predicts, per row of n non-pad tokens,
 min(max_predictions_per_seq, max(1, round(masked_lm_prob · n))) positions (`data/masking.py`,
@@ -37,7 +37,7 @@ import ml_collections
 
 from bertology.errors import UserError
 
-_MISSING = object()
+MISSING = object()
 
 
 def _integer(lo: int) -> tuple[str, Callable[[Any], bool]]:
@@ -134,88 +134,82 @@ _UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps", "optimizer.schedule_s
                   "eval.clamp_len", "eval.same_length")
 
 
-def _get(config: ml_collections.ConfigDict, key: str) -> Any:
+def get(config: ml_collections.ConfigDict, key: str) -> Any:
+    """The value at a dotted `key`, or `MISSING` where the config has no such key."""
     node: Any = config
     for part in key.split("."):
         if not isinstance(node, (ml_collections.ConfigDict, dict)) or part not in node:
-            return _MISSING
+            return MISSING
         node = node[part]
     return node
 
 
-def _refuse(key: str, value: Any, problem: str, fix: str) -> UserError:
+def refuse(key: str, value: Any, problem: str, fix: str) -> UserError:
+    """The one-line error for a bad value: the key, the value, what is wrong and the fix."""
     return UserError(f"{key}={value!r} {problem}; {fix}")
 
 
 def check(config: ml_collections.ConfigDict) -> None:
     """Raise `UserError` for the first bad value of a pretraining or fine-tuning config."""
     for key, (requirement, ok), meaning in RULES:
-        value = _get(config, key)
-        if value is _MISSING or (value is None and key in _UNSET_ALLOWED):
+        value = get(config, key)
+        if value is MISSING or (value is None and key in _UNSET_ALLOWED):
             continue
         if not ok(value):
-            raise _refuse(key, value, f"is not {requirement}", f"set --config.{key} to {requirement} ({meaning})")
-    if _get(config, "total_steps") is None and _get(config, "epochs") in (None, _MISSING):
+            raise refuse(key, value, f"is not {requirement}", f"set --config.{key} to {requirement} ({meaning})")
+    if get(config, "total_steps") is None and get(config, "epochs") in (None, MISSING):
         raise UserError("total_steps is not set; set --config.total_steps to the number of optimizer steps")
-    mask, random = _get(config, "data.mask_prob"), _get(config, "data.random_prob")
-    if _MISSING not in (mask, random) and mask + random > 1:
-        raise _refuse("data.random_prob", random, f"plus data.mask_prob={mask!r} exceeds 1",
+    mask, random = get(config, "data.mask_prob"), get(config, "data.random_prob")
+    if MISSING not in (mask, random) and mask + random > 1:
+        raise refuse("data.random_prob", random, f"plus data.mask_prob={mask!r} exceeds 1",
                       "lower one of them (BERT: 0.8 [MASK] and 0.1 random)")
     _check_length(config)
-    _check_predictions(config)
+    _check_transform(config)
     _check_batching(config)
-    _check_xlnet(config)
     _check_eval(config)
 
 
 def _check_eval(config: ml_collections.ConfigDict) -> None:
     """The `eval` block sets model settings for held-out evaluation (unset: training's), so each
     must be one the model block has, and `same_length` needs memory at evaluation."""
-    block, model = _get(config, "eval"), _get(config, "model")
-    if _MISSING in (block, model):
+    block, model = get(config, "eval"), get(config, "model")
+    if MISSING in (block, model):
         return
     for key, value in block.items():
         if value is not None and key not in model:
-            raise _refuse(f"eval.{key}", value, f"is not a setting of this {model.get('family')} model",
+            raise refuse(f"eval.{key}", value, f"is not a setting of this {model.get('family')} model",
                           "remove it (eval takes keys of the model block, e.g. mem_len)")
     mem_len = block.get("mem_len")
     mem_len = model.get("mem_len", 0) if mem_len is None else mem_len
     same = block.get("same_length")
     if (model.get("same_length") if same is None else same) and not mem_len:
-        raise _refuse("eval.same_length", True, "needs memory at evaluation (each query sees mem_len keys)",
+        raise refuse("eval.same_length", True, "needs memory at evaluation (each query sees mem_len keys)",
                       "set --config.eval.mem_len > 0 or --config.eval.same_length=False")
 
 
 def _check_length(config: ml_collections.ConfigDict) -> None:
     """Rows must fit the model's position table (when the model has one)."""
-    length, table = _get(config, "data.max_seq_length"), _get(config, "model.max_position_embeddings")
-    if _MISSING in (length, table) or _get(config, "model.positions") in ("relative_bias", "none"):
+    length, table = get(config, "data.max_seq_length"), get(config, "model.max_position_embeddings")
+    if MISSING in (length, table) or get(config, "model.positions") in ("relative_bias", "none"):
         return
-    offset = _get(config, "model.position_offset")
-    room = table - (0 if offset in (None, _MISSING) else offset)
+    offset = get(config, "model.position_offset")
+    room = table - (0 if offset in (None, MISSING) else offset)
     if length > room:
-        raise _refuse("data.max_seq_length", length, f"exceeds the model's {room} positions "
+        raise refuse("data.max_seq_length", length, f"exceeds the model's {room} positions "
                       f"(model.max_position_embeddings={table})", "lower data.max_seq_length or raise the table")
 
 
-def _check_predictions(config: ml_collections.ConfigDict) -> None:
-    """A full row's masked predictions, round(masked_lm_prob · max_seq_length), must fit
-    max_predictions_per_seq, for masked-LM data (see the module docstring)."""
-    keys = ("masked_lm_prob", "max_seq_length", "max_predictions_per_seq")
-    rate, length, cap = (_get(config, f"data.{k}") for k in keys)
-    if _MISSING in (rate, length, cap) or _get(config, "data.allow_capped_predictions") is True:
+def _check_transform(config: ml_collections.ConfigDict) -> None:
+    """The data transform's own rules (`Transform.validate`: the masked-LM prediction cap, XLNet's
+    row parts), for a config with a `data` block (`data.objective`, default `mlm`)."""
+    data = config.get("data")
+    if data is None:
         return
     from bertology.data import transforms
 
-    transform = transforms.TRANSFORMS.get(config.data.get("objective", "mlm"))
-    if transform is None or not issubclass(transform, transforms.MaskedLM):
-        return
-    wanted = max(1, round(rate * length))
-    if wanted > cap:
-        raise _refuse("data.masked_lm_prob", rate, f"asks for round({rate!r} * {length}) = {wanted} predictions per "
-                      f"full row of data.max_seq_length={length} but data.max_predictions_per_seq={cap} caps them",
-                      f"set --config.data.max_predictions_per_seq to at least {wanted} "
-                      "or lower --config.data.masked_lm_prob")
+    transform = transforms.TRANSFORMS.get(data.get("objective", "mlm"))
+    if transform is not None:
+        transform.validate(config)
 
 
 def _check_batching(config: ml_collections.ConfigDict) -> None:
@@ -223,50 +217,20 @@ def _check_batching(config: ml_collections.ConfigDict) -> None:
     `batch` rule shards it on (the mesh is built the way the run builds it)."""
     from bertology.train import sharding
 
-    batch, accum = config.batch_size, _get(config, "grad_accum_steps")
-    if accum is not _MISSING and batch % accum:
-        raise _refuse("grad_accum_steps", accum, f"does not divide batch_size={batch}",
+    batch, accum = config.batch_size, get(config, "grad_accum_steps")
+    if accum is not MISSING and batch % accum:
+        raise refuse("grad_accum_steps", accum, f"does not divide batch_size={batch}",
                       "pick grad_accum_steps that divides batch_size")
-    mesh = _get(config, "mesh")
-    if mesh is _MISSING:
+    mesh = get(config, "mesh")
+    if mesh is MISSING:
         return
     devices = sharding.batch_devices(sharding.make_mesh(mesh), sharding.rules_for(mesh))
     for key in ("batch_size", "eval_batch_size"):
-        value = _get(config, key)
-        if value is not _MISSING and value % devices:
-            raise _refuse(key, value, f"does not divide over the {devices} devices the batch is sharded on "
+        value = get(config, key)
+        if value is not MISSING and value % devices:
+            raise refuse(key, value, f"does not divide over the {devices} devices the batch is sharded on "
                           f"(mesh.shape={tuple(mesh.shape)}, strategy {mesh.get('strategy')!r})",
                           f"use a multiple of {devices} or change mesh.shape")
-
-
-def _check_xlnet(config: ml_collections.ConfigDict) -> None:
-    """XLNet's rows must fit their parts (`bertology.data.permutation.Settings`, keys defaulted
-    as the transform defaults them)."""
-    if _get(config, "data.objective") != "xlnet":
-        return
-    from bertology.data.permutation import Settings
-
-    o = Settings.from_config(config.data)
-    rest = o.seq_len - o.reuse_len
-    if o.reuse_len >= o.seq_len - 3:
-        raise _refuse("data.reuse_len", o.reuse_len, f"leaves no room for A <sep> B <sep> <cls> in "
-                      f"data.max_seq_length={o.seq_len}",
-                      f"use reuse_len < {o.seq_len - 3} (the reference: half the row)")
-    if o.reuse_len % o.perm_size or rest % o.perm_size:
-        raise _refuse("data.perm_size", o.perm_size, f"does not divide both data.reuse_len={o.reuse_len} and the "
-                      f"{rest} tokens after it", "use a common divisor of the two (the reference: reuse_len)")
-    if o.predict_in_reuse > o.reuse_len or o.num_predict - o.predict_in_reuse > rest:
-        raise _refuse("data.num_predict", o.num_predict, f"does not fit: half of it is predicted in the "
-                      f"{o.reuse_len} reused tokens and half in the {rest} after them",
-                      f"use at most {2 * min(o.reuse_len, rest)} (the reference: seq_len / 6)")
-    if o.mask_alpha < o.mask_beta:
-        raise _refuse("data.mask_alpha", o.mask_alpha, f"is below data.mask_beta={o.mask_beta}",
-                      "use mask_alpha >= mask_beta (the reference: 6 and 1)")
-    for key in ("batch_size", "eval_batch_size"):
-        value = _get(config, key)
-        if o.bi_data and value is not _MISSING and value % 2:
-            raise _refuse(key, value, "is odd and data.bi_data puts reversed copies of the lanes in half the batch",
-                          "use an even batch size or set data.bi_data=False")
 
 
 def check_sweep(config: ml_collections.ConfigDict) -> None:
@@ -274,14 +238,14 @@ def check_sweep(config: ml_collections.ConfigDict) -> None:
     for key, (requirement, ok) in (("reference_steps", _integer(1)), ("batch_size", _integer(1)),
                                    ("max_seq_length", _integer(2))):
         if not ok(config[key]):
-            raise _refuse(key, config[key], f"is not {requirement}", f"set --config.{key} to {requirement}")
+            raise refuse(key, config[key], f"is not {requirement}", f"set --config.{key} to {requirement}")
     budgets = tuple(config.budgets)
     if not budgets or any(not isinstance(b, (int, float)) or b <= 0 for b in budgets):
-        raise _refuse("budgets", budgets, "must be one or more numbers > 0 (multiples of reference_steps of tiny BERT)",
+        raise refuse("budgets", budgets, "must be one or more numbers > 0 (multiples of reference_steps of tiny BERT)",
                       "e.g. --config.budgets='(0.5, 1.0)'")
     families = tuple(config.families)
     known = sorted(p.stem for p in pathlib.Path(config.configs_dir).glob("*.py"))
     unknown = [f for f in families if f not in known]
     if not families or unknown:
-        raise _refuse("families", families, f"names no config in {config.configs_dir}/: {unknown or 'none given'}",
+        raise refuse("families", families, f"names no config in {config.configs_dir}/: {unknown or 'none given'}",
                       f"use some of {', '.join(known)}")

@@ -2,10 +2,11 @@
 
 Input is a text file or directory in BERT's format, JSON lines, or a TFDS dataset by name
 (`prepare.py` has the formats and the parallel writer), or a directory prepared already (one
-holding prepare's `meta.json`, e.g. written by the Beam pipeline `bertology.data.beam`), read as is. Document g of the corpus is record g of
-the shards; every ~50th document is held out for `validation`, so evaluation never sees training
-text. `load_documents` returns each split as a `Documents` sequence that reads a document from
-disk when it is indexed: memory does not grow with the corpus.
+holding prepare's `meta.json`, e.g. written by the Beam pipeline `bertology.data.beam`), read as
+is. Document g of the corpus is record g of the shards; every ~50th document is held out for
+`validation`, so evaluation never sees training text. `load_documents` returns each split as a
+`Documents` sequence that reads a document from disk when it is indexed: memory does not grow
+with the corpus.
 
 The prepared data is cached under a key made of the corpus files (path, size, mtime) and the
 tokenizer file's content, so editing either rebuilds it and nothing stale is ever read.
@@ -96,7 +97,9 @@ def tokenizer_digest(tokenizer_path: str | pathlib.Path) -> str:
 
 def is_prepared(corpus: str | pathlib.Path) -> bool:
     """Whether the corpus is a prepared directory (shards + meta.json) rather than text."""
-    return not str(corpus).startswith(prepare_lib.TFDS_PREFIX) and (pathlib.Path(corpus).expanduser() / prepare_lib.META).is_file()
+    if str(corpus).startswith(prepare_lib.TFDS_PREFIX):
+        return False
+    return (pathlib.Path(corpus).expanduser() / prepare_lib.META).is_file()
 
 
 def cache_key(corpus: str | pathlib.Path, files: list[pathlib.Path], tokenizer_path: str | pathlib.Path) -> str:

@@ -9,7 +9,7 @@ reproducible from a seed. The rules are the reference's, named after the functio
 - `span_targets` (`_sample_mask`): which tokens are predicted. n-grams of n in 1..max_gram with
   p ∝ 1/n, each placed at a word start inside a context of n·alpha/beta tokens, so about beta/alpha
   (1/K, K = 6) of the tokens are predicted; random single tokens top the count up to num_predict.
-  **The reference's masking bug** (xlnet#16, #220; FACTS-next §1): its loop that finds the end of
+  **The reference's masking bug** (zihangdai/xlnet issues #16 and #220): its loop that finds the end of
   the n-gram tests `seg[beg]` (always a word start) instead of `seg[end]`, so a "word n-gram" is
   really n sub-word tokens starting at a word start. The maintainers kept it ("not what we intended,
   but seems to work fine"); we follow the reference's behaviour, not the intended one.

@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 import ml_collections
 import numpy as np
 
+from bertology import validation
 from bertology.data import lanes, masking, noising, packing, permutation, words
 from bertology.data.embedded import DEFAULT_LEXICON
 from bertology.data.examples import create_full_sentence_instances, create_pair_instances
@@ -60,6 +61,9 @@ class Transform:
     per_batch: bool = False  # corrupt each batch afresh (dynamic masking) instead of each pass
     copies: int | None = None  # distinct passes before pass p repeats pass p % copies; None: never
     contiguous: bool = False  # lanes of one token stream, row b of step t + 1 continuing row b of step t
+    # The token a model pretrained on these rows starts decoding from unless data.decoder_start
+    # says otherwise (`bertology.generation.decoder_start_id`): "eos" after fairseq's denoisers.
+    start_token: str | None = None
 
     def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
         self.cfg = cfg
@@ -72,6 +76,11 @@ class Transform:
     def corrupt(self, batch: Batch, rng: np.random.Generator) -> Batch:
         """The rows as the model sees them; objectives without corruption return them unchanged."""
         return batch
+
+    @classmethod
+    def validate(cls, config: ml_collections.ConfigDict) -> None:
+        """Refuse (`validation.refuse`) what this objective's rows cannot be made from; called by
+        `validation.check` for the config's `data.objective` before anything is read."""
 
 
 TRANSFORMS: dict[str, type[Transform]] = {}
@@ -159,6 +168,22 @@ class MaskedLM(Transform):
     (ERNIE, with data.lexicon, default: a phrase list for the embedded corpus); data.mask_prob /
     data.random_prob: the 80/10/10 split (ELECTRA: 0.85/0).
     """
+
+    @classmethod
+    def validate(cls, config: ml_collections.ConfigDict) -> None:
+        """A full row's masked predictions, round(masked_lm_prob · max_seq_length), must fit
+        max_predictions_per_seq (validation's module docstring), unless
+        `data.allow_capped_predictions` says the recipe caps them on purpose."""
+        keys = ("masked_lm_prob", "max_seq_length", "max_predictions_per_seq")
+        rate, length, cap = (validation.get(config, f"data.{k}") for k in keys)
+        if validation.MISSING in (rate, length, cap) or validation.get(config, "data.allow_capped_predictions") is True:
+            return
+        wanted = max(1, round(rate * length))
+        if wanted > cap:
+            raise validation.refuse(
+                "data.masked_lm_prob", rate, f"asks for round({rate!r} * {length}) = {wanted} predictions per full "
+                f"row of data.max_seq_length={length} but data.max_predictions_per_seq={cap} caps them",
+                f"set --config.data.max_predictions_per_seq to at least {wanted} or lower --config.data.masked_lm_prob")
 
     def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
         super().__init__(cfg, tokenizer)
@@ -472,6 +497,8 @@ class BartDenoising(Transform):
     that insertions make longer than the row keeps its first max_seq_length - 1 tokens and EOS.
     """
 
+    start_token = "eos"
+
     def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
         super().__init__(cfg, tokenizer)
         options = _noise_options(cfg, dict(mask=0.3, mask_length="span-poisson", poisson_lambda=3.5, replace_length=1,
@@ -524,6 +551,8 @@ class MassDenoising(Transform):
     MASS's decoder also ignores the encoder's <mask> positions in cross-attention
     (`enc_mask = x1 != mask_index`); that is the model's to do.
     """
+
+    start_token = "eos"
 
     def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
         super().__init__(cfg, tokenizer)
@@ -729,6 +758,33 @@ class XLNetRows(Transform):
 
     contiguous = True
     per_batch = True
+
+    @classmethod
+    def validate(cls, config: ml_collections.ConfigDict) -> None:
+        """The rows must fit their parts (`permutation.Settings`, keys defaulted as `__init__`
+        defaults them)."""
+        o = permutation.Settings.from_config(config.data)
+        rest = o.seq_len - o.reuse_len
+        if o.reuse_len >= o.seq_len - 3:
+            raise validation.refuse("data.reuse_len", o.reuse_len, f"leaves no room for A <sep> B <sep> <cls> in "
+                                    f"data.max_seq_length={o.seq_len}",
+                                    f"use reuse_len < {o.seq_len - 3} (the reference: half the row)")
+        if o.reuse_len % o.perm_size or rest % o.perm_size:
+            raise validation.refuse("data.perm_size", o.perm_size, f"does not divide both data.reuse_len="
+                                    f"{o.reuse_len} and the {rest} tokens after it",
+                                    "use a common divisor of the two (the reference: reuse_len)")
+        if o.predict_in_reuse > o.reuse_len or o.num_predict - o.predict_in_reuse > rest:
+            raise validation.refuse("data.num_predict", o.num_predict, f"does not fit: half of it is predicted in "
+                                    f"the {o.reuse_len} reused tokens and half in the {rest} after them",
+                                    f"use at most {2 * min(o.reuse_len, rest)} (the reference: seq_len / 6)")
+        if o.mask_alpha < o.mask_beta:
+            raise validation.refuse("data.mask_alpha", o.mask_alpha, f"is below data.mask_beta={o.mask_beta}",
+                                    "use mask_alpha >= mask_beta (the reference: 6 and 1)")
+        for key in ("batch_size", "eval_batch_size"):
+            value = validation.get(config, key)
+            if o.bi_data and value is not validation.MISSING and value % 2:
+                raise validation.refuse(key, value, "is odd and data.bi_data puts reversed copies of the lanes in "
+                                        "half the batch", "use an even batch size or set data.bi_data=False")
 
     def __init__(self, cfg: ml_collections.ConfigDict, tokenizer: Tokenizer):
         super().__init__(cfg, tokenizer)

@@ -253,8 +253,9 @@ T5_KEYS = (
     ("relative_buckets", "relative_attention_num_buckets"),
     ("relative_max_distance", "relative_attention_max_distance"),
 )
-T5_FIXED = {**{k: v for k, v in CORE.items() if k not in ("head_size", "activation_dropout_rate")}, "norm": "pre", "norm_kind": "rmsnorm",
-            "use_bias": False, "positions": "relative_bias", "type_vocab_size": 0, "embedding_norm": False,
+T5_FIXED = {**{k: v for k, v in CORE.items() if k not in ("head_size", "activation_dropout_rate")},
+            "norm": "pre", "norm_kind": "rmsnorm", "use_bias": False, "positions": "relative_bias", "type_vocab_size": 0,
+            "embedding_norm": False,
             "scale_attention": False}
 T5_DEFAULTS = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
                    relative_attention_num_buckets=32, relative_attention_max_distance=128,
@@ -283,7 +284,7 @@ def _t5(model_type: str, architecture: str, defaults: dict[str, Any]) -> HFModel
         fixed=T5_FIXED, imported={"pooler": False, "init_scheme": "t5"}, defaults=defaults, tokenizer="T5Tokenizer",
         written={"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0, "is_encoder_decoder": True},
         translations=(hf_config.HeadSize(), hf_config.OneDropout(), hf_config.FeedForwardProj(),
-                      hf_config.TiedOutput(), hf_config.SameValue("num_decoder_layers", "num_layers", "num_layers")),
+                      hf_config.TiedOutput(), hf_config.DecoderDepth("num_decoder_layers")),
         tied={"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight"},
     )
 
@@ -319,7 +320,7 @@ BART = HFModel(
     written={"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2,
              "forced_eos_token_id": 2, "is_encoder_decoder": True},
     translations=(hf_config.PositionTableOffset(),
-                  hf_config.SameValue("decoder_layers", "encoder_layers", "num_layers"),
+                  hf_config.DecoderDepth("decoder_layers"),
                   hf_config.SameValue("decoder_attention_heads", "encoder_attention_heads", "num_heads"),
                   hf_config.SameValue("decoder_ffn_dim", "encoder_ffn_dim", "intermediate_size")),
     tied={"model.encoder.embed_tokens.weight": "model.shared.weight",
@@ -419,8 +420,9 @@ MOBILEBERT = HFModel(
     # classifier_activation is our pooler (dense + tanh on the first token, or the token as is)
     keys=(*ENCODER_KEYS, ("pooler", "classifier_activation")), activation=("hidden_act", {"relu": "relu", **GELUS}),
     fixed={k: v for k, v in ENCODER.items() if k != "embedding_size"},
-    defaults={**{k: v for k, v in BERT_DEFAULTS.items() if k != "position_embedding_type"}, "hidden_size": 512, "num_hidden_layers": 24, "num_attention_heads": 4,
-              "intermediate_size": 512, "hidden_act": "relu", "hidden_dropout_prob": 0.0, "embedding_size": 128,
+    defaults={**{k: v for k, v in BERT_DEFAULTS.items() if k != "position_embedding_type"}, "hidden_size": 512,
+              "num_hidden_layers": 24, "num_attention_heads": 4, "intermediate_size": 512, "hidden_act": "relu",
+              "hidden_dropout_prob": 0.0, "embedding_size": 128,
               "trigram_input": True, "use_bottleneck": True, "intra_bottleneck_size": 128,
               "use_bottleneck_attention": False, "key_query_shared_bottleneck": True, "num_feedforward_networks": 4,
               "normalization_type": "no_norm", "classifier_activation": True, "tie_word_embeddings": True},
@@ -462,3 +464,21 @@ def for_run(block: dict[str, Any]) -> HFModel:
 def with_extra_source(source: str) -> list[str]:
     """The model types whose runs have a checkpoint `source` besides the main one."""
     return [r.model_type for r in RECORDS.values() if source in r.sources[1:]]
+
+
+# Megatron-BERT: BERT's config keys, names and heads, with pre-LN layers, a final norm and no
+# embedding norm (`models.megatron_bert`); HF's defaults are megatron-bert-cased-345m's shape.
+MEGATRON_BERT = HFModel(
+    "megatron-bert", "megatron_bert", {"model": "MegatronBertForPreTraining"}, prefix="bert",
+    layout=(names.Part("model", "encoder", "bert", (names.EMBEDDINGS, names.MEGATRON_BERT_LAYER,
+                                                    names.MEGATRON_BERT_FINAL_NORM, names.BERT_POOLER), trunk=True),
+            names.Part("model", "", "", (names.BERT_HEADS,), trunk=False)),
+    keys=ENCODER_KEYS, activation=("hidden_act", GELUS), fixed={**CORE, "norm": "pre", "embedding_norm": False},
+    defaults={**BERT_DEFAULTS, "vocab_size": 29056, "hidden_size": 1024, "num_hidden_layers": 24,
+              "num_attention_heads": 16, "intermediate_size": 4096},
+    tokenizer="BertTokenizer", required=ABSOLUTE, written={"pad_token_id": 0},
+    tied={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+          "cls.predictions.decoder.bias": "cls.predictions.bias"},
+    pooler="bert.pooler.dense.weight",
+)
+RECORDS[MEGATRON_BERT.model_type] = MEGATRON_BERT

@@ -97,8 +97,8 @@ class FeedForwardWidth:
 @dataclasses.dataclass(frozen=True)
 class SameValue:
     """Two HF keys that our one setting `ours` covers (GPT's embedding and residual dropout; BART's
-    encoder and decoder depth, heads and width): HF's `key` must equal `same_as` (a missing or
-    null `key` means "same as": T5's num_decoder_layers)."""
+    encoder and decoder heads and width): HF's `key` must equal `same_as` (a missing or null `key`
+    means "same as")."""
 
     key: str
     same_as: str
@@ -112,6 +112,24 @@ class SameValue:
 
     def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
         hf[self.key] = getattr(cfg, self.ours)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderDepth:
+    """An encoder-decoder's decoder depth (T5's `num_decoder_layers`, null or missing: as many as
+    `num_layers`; BART's `decoder_layers`): our `model.num_decoder_layers`, imported only where it
+    differs from the encoder's, so a checkpoint of equal depths imports as before; export always
+    writes it (`num_layers` when unset)."""
+
+    key: str
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        depth = _main(hf).get(self.key)
+        if depth is not None and depth != block["num_layers"]:
+            block["num_decoder_layers"] = depth
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        hf[self.key] = cfg.decoder_layers
 
 
 @dataclasses.dataclass(frozen=True)

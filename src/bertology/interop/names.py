@@ -429,3 +429,20 @@ def export_state(rows: Iterable[Tensor], params: dict[tuple[str, ...], np.ndarra
     axes = {row.hf: row.fused_axis for row in rows}
     return {source: {name: np.concatenate(p, axis=axes[name]) if len(p) > 1 else p[0] for name, p in state.items()}
             for source, state in parts.items()}
+
+
+# Megatron-BERT (`MegatronBertForPreTraining`): pre-LN, so a layer's norms are its sublayers'
+# inputs' (`attention.ln` before self-attention, the layer's own `ln` before the feed-forward
+# block) and the stack ends in `encoder.ln`. Its embeddings are BERT's without a LayerNorm (the
+# `EMBEDDINGS` norm row finds no tensor of ours), its pooler and heads BERT's.
+MEGATRON_BERT_LAYER = (
+    ("attention_{i}/norm", "encoder.layer.{i}.attention.ln", "norm"),
+    ("attention_{i}/query", "encoder.layer.{i}.attention.self.query", "to_heads"),
+    ("attention_{i}/key", "encoder.layer.{i}.attention.self.key", "to_heads"),
+    ("attention_{i}/value", "encoder.layer.{i}.attention.self.value", "to_heads"),
+    ("attention_{i}/output", "encoder.layer.{i}.attention.output.dense", "from_heads"),
+    ("ffn_{i}/norm", "encoder.layer.{i}.ln", "norm"),
+    ("ffn_{i}/intermediate", "encoder.layer.{i}.intermediate.dense", "dense"),
+    ("ffn_{i}/output", "encoder.layer.{i}.output.dense", "dense"),
+)
+MEGATRON_BERT_FINAL_NORM = (("final_norm", "encoder.ln", "norm"),)

@@ -1,59 +1,105 @@
-"""Models picked by name: `config.model.family` names a module here.
+"""Models picked by name: `config.model.family` names a module here, whose `FAMILY` record says
+everything shared code may ask of the family, so that nothing outside it asks which family it is.
 
-The family contract — what a module `bertology/models/<family>.py` states, so that nothing
-outside it ever asks which family it is:
-- `Model`, the flax module, and `build(model_config) -> Model` when it reads more than its
-  `TransformerConfig` (ELECTRA's generator width); otherwise `Model(config(model_config))`;
-- `EXTRA_KEYS`: the family's own keys of the `model` block, beyond `TransformerConfig`'s fields
-  (or `config(model_config)` for a family that is not a Transformer);
-- `trunk(params) -> params`: the network that fine-tuning, features and export read (its
-  `TransformerConfig` is `config(model_config)`);
-- `init_from(params, fresh) -> params` (optional): how a run of this family starts from
-  another family's checkpoint (`--config.init_checkpoint`; UniLM and bert2bert from BERT);
-- `from_teacher(teacher_params, fresh) -> params` (optional): a distillation student's start
-  from its frozen teacher (`--config.teacher_checkpoint`; DistilBERT takes every other layer);
-- `initial_carry(model_config, batch_size) -> pytree` (optional): the zero state a recurrent
-  family carries from one batch to the next on contiguous data (Transformer-XL and XLNet memory,
-  ELMo's LSTM states; `bertology.train.step`, `bertology.data.lanes`);
-- `task_trunk(cfg, name: str) -> flax.linen.Module` (optional): the fine-tuning trunk, built under
-  `name` with `cfg` = `config(model_config)` (or the TransformerConfig); its
-  `__call__(inputs: dict, *, deterministic: bool)` returns {"sequence": [B, L, D], "pooled": [B, D]
-  (what sequence-level heads read: BERT's pooler, XLNet's summary of its last `<cls>`), "layers":
-  list of [B, L, D]}, and its parameters are `trunk(params)` plus whatever only fine-tuning trains.
-  Families without it get the shared `Encoder` (`bertology.models.tasks.TaskModel`);
-- `TASK_MODES` (optional): the fine-tuning modes its trunk takes, of `full`, `adapters`, `features`
-  (default all; ELMo's biLM is used frozen: `features` only; a trunk without Houlsby adapters
-  leaves out `adapters`);
-- `task_inputs(cfg, tokenizer, arrays) -> arrays` (optional): extra inputs a non-Transformer
-  trunk needs in fine-tuning (ELMo's character ids);
-- `flops_per_token(config, nominal) -> float`: training FLOPs per input token of a run config
-  (`bertology.models.flops`): what runs, or with `nominal` the paper-style estimate that the
-  equal-FLOP sweep budgets with.
+A family module states `FAMILY = Family(...)` (see `Family` for each field); `family(name)` finds
+it. Shared code calls the record's fields and methods and never imports a family module, tests
+a family's type or compares its name.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from types import ModuleType
-from typing import Any
+from typing import Any, Callable, TypeAlias
 
 import flax.linen as nn
 import ml_collections
 
 from bertology.errors import UserError
+from bertology.models import layout
 from bertology.models.transformer import TransformerConfig
 
-ModelConfig = ml_collections.ConfigDict | dict
+ModelConfig: TypeAlias = "ml_collections.ConfigDict | dict"
+TASK_MODES = ("full", "adapters", "features")  # how fine-tuning trains a trunk (bertology.models.tasks)
 
 
-def family(name: str) -> ModuleType:
-    """The module of family `name`."""
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One family's contract with the shared code.
+
+    - `model`: the flax module, built from the trunk config (`config`) unless `build` is given;
+    - `trunk(params) -> params`: the network that fine-tuning, features and export read;
+    - `flops_per_token(config, nominal) -> float`: training FLOPs per input token of a run config
+      (`bertology.models.flops`): what runs, or with `nominal` the paper-style estimate that the
+      equal-FLOP sweep budgets with;
+    - `extra_keys`: the family's own keys of the `model` block, beyond `TransformerConfig`'s;
+    - `config(model_block)`: the trunk's config, where it is not the block's `TransformerConfig`
+      (ELMo's, the LSTMs', MobileBERT's bottlenecks, the recurrent Transformers');
+    - `build(model_block)`: the model, where it reads more than the trunk config (ELECTRA's
+      generator width, T5's tying);
+    - `layer_index(names)`: where a trunk parameter sits among the layers (`bertology.models.layout`);
+      read by layer-wise learning rates, pruning and student initialisation;
+    - `task_modes`: the fine-tuning modes its trunk takes (ELMo's biLM is used frozen: `features`
+      only; a trunk without Houlsby adapters leaves out `adapters`);
+    - `task_trunk(cfg, name) -> nn.Module`: the fine-tuning trunk where it is not the shared
+      `Encoder`; its `__call__(inputs, *, deterministic)` returns {"sequence": [B, L, D], "pooled":
+      [B, D] (what sequence-level heads read), "layers": list of [B, L, D]}, and its parameters are
+      `trunk(params)` plus whatever only fine-tuning trains;
+    - `task_inputs(cfg, tokenizer, arrays) -> arrays`: extra inputs its trunk needs (ELMo's characters);
+    - `init_from(params, fresh) -> params`: how a run starts from another family's checkpoint
+      (`--config.init_checkpoint`; UniLM and bert2bert from BERT);
+    - `from_teacher(teacher_params, fresh) -> params`: a distillation student's start from its
+      frozen teacher (`--config.teacher_checkpoint`; DistilBERT takes every other layer);
+    - `initial_carry(model_block, batch_size) -> pytree | None`: the zero state a recurrent family
+      carries from one batch to the next on contiguous data (Transformer-XL and XLNet memory, ELMo's
+      LSTM states; `bertology.train.step`, `bertology.data.lanes`);
+    - `seq2seq_training(config, tokenizer, examples, source_length, target_length) -> (batches,
+      objective, example)`: the family's own sequence-to-sequence fine-tuning (UniLM's masked
+      targets); without it a seq2seq task trains teacher-forced, as an encoder-decoder does.
+
+    How a model decodes is its network's (`bertology.models.decoding`), not a field here:
+    generation takes a model, whichever family built it.
+    """
+
+    model: Callable[..., nn.Module]
+    trunk: Callable[[dict], dict]
+    flops_per_token: Callable[[ml_collections.ConfigDict, bool], float]
+    extra_keys: tuple[str, ...] = ()
+    config: Callable[[ModelConfig], Any] | None = None
+    build: Callable[[ModelConfig], nn.Module] | None = None
+    layer_index: layout.LayerIndex = layout.stack_layer_index
+    task_modes: tuple[str, ...] = TASK_MODES
+    task_trunk: Callable[[Any, str], nn.Module] | None = None
+    task_inputs: Callable[..., dict] | None = None
+    init_from: Callable[[dict, dict], dict] | None = None
+    from_teacher: Callable[[dict, dict], dict] | None = None
+    initial_carry: Callable[[ModelConfig, int], Any] | None = None
+    seq2seq_training: Callable[..., tuple[Any, Any, dict]] | None = None
+
+    def trunk_config(self, model_config: ModelConfig) -> Any:
+        """The trunk's config of a `model` block (a TransformerConfig for most families)."""
+        if self.config is not None:
+            return self.config(model_config)
+        return transformer_config(model_config, self.extra_keys)
+
+    def make(self, model_config: ModelConfig) -> nn.Module:
+        """The family's network for a `model` block."""
+        return self.build(model_config) if self.build is not None else self.model(self.trunk_config(model_config))
+
+
+def family(name: str) -> Family:
+    """The record of family `name` (its module's `FAMILY`)."""
     try:
-        return importlib.import_module(f"bertology.models.{name}")
+        module = importlib.import_module(f"bertology.models.{name}")
     except ModuleNotFoundError as e:
         if e.name != f"bertology.models.{name}":
             raise
         raise UserError(f"unknown model family {name!r}; it must name a module in bertology/models/") from None
+    record = getattr(module, "FAMILY", None)
+    if not isinstance(record, Family):
+        raise UserError(f"bertology.models.{name} is not a model family (it states no FAMILY record); "
+                        "set model.family to a family's module")
+    return record
 
 
 def transformer_config(model_config: ModelConfig, extra_keys: tuple[str, ...] = ()) -> TransformerConfig:
@@ -67,18 +113,12 @@ def transformer_config(model_config: ModelConfig, extra_keys: tuple[str, ...] = 
 
 def encoder_config(model_config: ModelConfig) -> Any:
     """The trunk's config of a `model` block (a TransformerConfig for every Transformer family)."""
-    module = family(dict(model_config)["family"])
-    if hasattr(module, "config"):
-        return module.config(model_config)
-    return transformer_config(model_config, getattr(module, "EXTRA_KEYS", ()))
+    return family(dict(model_config)["family"]).trunk_config(model_config)
 
 
 def build(model_config: ModelConfig) -> nn.Module:
     """The `Model` of family `model_config['family']`."""
-    module = family(dict(model_config)["family"])
-    if hasattr(module, "build"):
-        return module.build(model_config)
-    return module.Model(encoder_config(model_config))
+    return family(dict(model_config)["family"]).make(model_config)
 
 
 def pretrained_encoder(params: dict, model_config: ModelConfig) -> tuple[Any, dict]:

@@ -19,13 +19,15 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bertology.models import encoder_config, flops
+from bertology.models import Family, encoder_config, flops
 from bertology.models.transformer import EncoderDecoder, zeros
 
 
 class Model(EncoderDecoder):
     """Target logits [batch, target length, vocab] float32 (`logits`) under teacher forcing, or
     for the new tokens with `decode=True` (see `EncoderDecoder`)."""
+
+    decoder_start = "eos"  # fairseq's, and its Hugging Face checkpoints' decoder_start_token_id
 
     decoder_embeddings: bool = True
 
@@ -59,3 +61,6 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     """Both stacks, cross-attention and the output layer at every target position, per source token."""
     return flops.encoder_decoder(encoder_config(config.model), config.data.max_seq_length,
                                  config.data.max_target_length)
+
+
+FAMILY = Family(Model, trunk, flops_per_token, init_from=init_from)

@@ -17,14 +17,12 @@ teacher's does on one-segment input (the reference's student starts that row awa
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
 from bertology.errors import UserError
-from bertology.models.roberta import Model, flops_per_token, trunk  # noqa: F401  (the family's network)
-
-_LAYER = re.compile(r"(attention|ffn)_(\d+)$")
+from bertology.models import Family, layout
+from bertology.models.roberta import Model, flops_per_token, trunk
 
 
 def teacher_layers(teacher_depth: int, student_depth: int) -> list[int]:
@@ -41,14 +39,14 @@ def from_teacher(teacher: dict, fresh: dict) -> dict:
     """Student parameters (shaped like `fresh`) from a BERT-style teacher's: embeddings (segment
     row 0 folded into the positions), the layers `teacher_layers` names, and the MLM head."""
     encoder = teacher.get("encoder", {})
-    layers = {k for k in encoder if _LAYER.match(k)}
+    layers = {k for k in encoder if layout.layer_of(k, layout.stack_layer_index) is not None}
     other = set(encoder) - layers - {"embeddings", "pooler"}
     if "mlm" not in teacher or other or "layers" in fresh["encoder"]:
         raise UserError("DistilBERT students start from an unscanned BERT, RoBERTa or DistilBERT teacher with an MLM "
                         f"head (this one has {sorted(other) or 'no mlm head'}); use such a teacher, with "
                         "model.scan_layers=False for both")
-    depth = len(layers) // 2
-    student_depth = sum(1 for k in fresh["encoder"] if k.startswith("attention_"))
+    depth = layout.depth(encoder, layout.stack_layer_index)
+    student_depth = layout.depth(fresh["encoder"], layout.stack_layer_index)
     embeddings = dict(encoder["embeddings"])
     segment = embeddings.pop("segment", None)
     if segment is not None:
@@ -58,3 +56,7 @@ def from_teacher(teacher: dict, fresh: dict) -> dict:
     for j, i in enumerate(teacher_layers(depth, student_depth)):
         params[f"attention_{j}"], params[f"ffn_{j}"] = encoder[f"attention_{i}"], encoder[f"ffn_{i}"]
     return {"encoder": params, "mlm": teacher["mlm"]}
+
+
+# RoBERTa's network; DistilBERT's own is its start from the teacher.
+FAMILY = Family(Model, trunk, flops_per_token, from_teacher=from_teacher)

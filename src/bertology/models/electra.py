@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import ml_collections
 
 from bertology.errors import UserError
-from bertology.models import encoder_config, flops
-from bertology.models.transformer import Embeddings, Encoder, TransformerConfig, dense
+from bertology.models import Family, encoder_config, flops
 from bertology.models.heads import MaskedLMHead
+from bertology.models.transformer import Embeddings, Encoder, TransformerConfig, dense
 
 Array = jax.Array
 EXTRA_KEYS = ("generator_fraction", "discriminator_head")
@@ -131,3 +131,6 @@ class Model(nn.Module):
         """Both networks on the same (uncorrupted) batch; used to create every parameter at init."""
         return {"mlm_logits": self.generate(batch, deterministic=deterministic),
                 "disc_logits": self.discriminate(batch, deterministic=deterministic, positions=batch["masked_positions"])}
+
+
+FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, build=build)

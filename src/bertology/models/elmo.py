@@ -42,7 +42,7 @@ import numpy as np
 from bertology.data import words
 from bertology.data.words import N_CHARACTERS
 from bertology.errors import UserError
-from bertology.models import encoder_config, flops
+from bertology.models import Family, encoder_config, flops
 from bertology.models.tasks import masked_mean
 
 Array = jax.Array
@@ -77,8 +77,6 @@ class ElmoConfig:
         return self.n_filters != self.projection_dim
 
 
-EXTRA_KEYS: tuple[str, ...] = ()
-TASK_MODES = ("features",)  # the biLM is used frozen, through the scalar mix, as Peters et al. use it
 
 
 def config(model_config: Any) -> ElmoConfig:
@@ -154,7 +152,8 @@ class CharCNN(nn.Module):
         pooled = []
         for i, (width, num) in enumerate(cfg.filters):
             # bilm-tf's initialisers: uniform(±0.05) under relu, normal(sqrt(1 / fan-in)) under tanh.
-            init = _uniform(0.05) if cfg.activation == "relu" else nn.initializers.normal((1.0 / (width * cfg.char_embedding_dim)) ** 0.5)
+            init = (_uniform(0.05) if cfg.activation == "relu"
+                    else nn.initializers.normal((1.0 / (width * cfg.char_embedding_dim)) ** 0.5))
             kernel = self.param(f"W_cnn_{i}", init, (width, cfg.char_embedding_dim, num))
             bias = self.param(f"b_cnn_{i}", nn.initializers.zeros, (num,))
             windows = x.shape[-2] - width + 1
@@ -201,9 +200,11 @@ class LSTMStack(nn.Module):
         for k in range(cfg.n_layers):
             n_in = x.shape[-1]
             params = {
-                "kernel": self.param(f"layer_{k}_kernel", nn.initializers.glorot_uniform(), (n_in + cfg.projection_dim, 4 * cfg.lstm_dim)),
+                "kernel": self.param(f"layer_{k}_kernel", nn.initializers.glorot_uniform(),
+                                     (n_in + cfg.projection_dim, 4 * cfg.lstm_dim)),
                 "bias": self.param(f"layer_{k}_bias", nn.initializers.zeros, (4 * cfg.lstm_dim,)),
-                "projection": self.param(f"layer_{k}_projection", nn.initializers.glorot_uniform(), (cfg.lstm_dim, cfg.projection_dim)),
+                "projection": self.param(f"layer_{k}_projection", nn.initializers.glorot_uniform(),
+                                         (cfg.lstm_dim, cfg.projection_dim)),
             }
             inputs = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
             h, final = lstmp_scan(params, inputs, starts, cfg.cell_clip, cfg.proj_clip,
@@ -266,7 +267,7 @@ class Model(nn.Module):
 class TaskTrunk(Model):
     """The biLM as a fine-tuning trunk (`task_trunk`): its mixable layers, with the top one as
     `sequence` and its mean over real tokens as `pooled`. It is used frozen, through the task
-    model's scalar mix (`TASK_MODES`), so the softmax is never built."""
+    model's scalar mix (its `task_modes`), so the softmax is never built."""
 
     def __call__(self, inputs: dict[str, Array], *, deterministic: bool = True) -> dict[str, Any]:
         layers = self.representations(inputs, deterministic)
@@ -318,3 +319,8 @@ def stack_flops(cfg: Any, n_in: int) -> float:
     layer reads `n_in`-wide inputs: each layer's [x, h] @ W and its projection."""
     p, d = cfg.projection_dim, cfg.lstm_dim
     return cfg.n_layers * (2 * (p + p) * 4 * d + 2 * d * p) + 2 * (n_in - p) * 4 * d
+
+
+# The biLM is used frozen, through the scalar mix, as Peters et al. use it: `features` mode only.
+FAMILY = Family(Model, trunk, flops_per_token, config=config, task_modes=("features",), task_trunk=task_trunk,
+                task_inputs=task_inputs, initial_carry=initial_carry)

@@ -50,7 +50,8 @@ def masked_lm(cfg: TransformerConfig, length: int, predictions: int, nominal: bo
     predictions (+ [CLS]), the MLM head there, optionally NSP/SOP and SpanBERT's boundary head
     (two H-wide layers on [left; right; position] then the tied output). Nominal counts the
     encoder and the MLM head only. `rows`: the last layer's query rows (default predictions + 1)."""
-    flops = stack(cfg, length, rows=predictions + 1 if rows is None else rows, nominal=nominal) + lm_head(cfg) * predictions / length
+    flops = (stack(cfg, length, rows=predictions + 1 if rows is None else rows, nominal=nominal)
+             + lm_head(cfg) * predictions / length)
     if not nominal:
         h = cfg.hidden_size
         if sentence:
@@ -62,15 +63,16 @@ def masked_lm(cfg: TransformerConfig, length: int, predictions: int, nominal: bo
 
 def encoder_decoder(cfg: TransformerConfig, source_length: int, target_length: int) -> float:
     """Training FLOPs per source token of an encoder-decoder trained with teacher forcing: the
-    encoder over the source, the decoder's self-attention stack over the target, each decoder
-    layer's cross-attention (keys and values over the source, queries and output over the
-    target), and the output layer at every target position. Everything runs at every position,
-    so the nominal count is the same."""
+    encoder (`cfg.num_layers`) over the source, the decoder's self-attention stack
+    (`cfg.decoder_layers`) over the target, each decoder layer's cross-attention (keys and values
+    over the source, queries and output over the target), and the output layer at every target
+    position. Everything runs at every position, so the nominal count is the same."""
     a = cfg.num_heads * cfg.head_dim
-    cross_keys_values = 2 * 2 * cfg.hidden_size * a  # per source token and layer
+    decoder = cfg.decoder_config()
+    cross_keys_values = 2 * 2 * cfg.hidden_size * a  # per source token and decoder layer
     cross_queries = 2 * 2 * cfg.hidden_size * a + 2 * 2 * source_length * a  # query, output; scores, context
-    per_example = (source_length * (stack(cfg, source_length) + cfg.num_layers * cross_keys_values)
-                   + target_length * (stack(cfg, target_length) + cfg.num_layers * cross_queries
+    per_example = (source_length * (stack(cfg, source_length) + decoder.num_layers * cross_keys_values)
+                   + target_length * (stack(decoder, target_length) + decoder.num_layers * cross_queries
                                       + lm_head(cfg, transform=False)))
     return TRAIN * per_example / source_length
 

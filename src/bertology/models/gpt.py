@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bertology.models import encoder_config, flops
+from bertology.models import Family, encoder_config, flops
 from bertology.models.transformer import Decoder, TransformerConfig
 
 
@@ -45,3 +45,6 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     cfg = encoder_config(config.model)
     length = config.data.max_seq_length
     return flops.TRAIN * (flops.stack(cfg, length, nominal=nominal) + flops.lm_head(cfg, transform=False))
+
+
+FAMILY = Family(Model, trunk, flops_per_token)

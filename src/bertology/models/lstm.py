@@ -36,11 +36,10 @@ import ml_collections
 import numpy as np
 
 from bertology.errors import UserError
-from bertology.models import elmo, encoder_config, flops
+from bertology.models import Family, elmo, encoder_config, flops
 
 Array = jax.Array
 KINDS = ("lm", "autoencoder")
-TASK_MODES = ("full", "features")  # no Houlsby adapters in an LSTM
 # The configs' presets (configs/lstm_lm.py, configs/seq_autoencoder.py): ELMo's tiny and small
 # LSTM shapes (one direction of its biLM), its word vocabularies and segment lengths.
 PRESETS = {
@@ -183,3 +182,8 @@ def flops_per_token(config_: ml_collections.ConfigDict, nominal: bool = False) -
     cfg = encoder_config(config_.model)
     reads = 2 if cfg.kind == "autoencoder" else 1
     return flops.TRAIN * (reads * elmo.stack_flops(cfg, cfg.projection_dim) + 2 * cfg.projection_dim * cfg.vocab_size)
+
+
+# no Houlsby adapters in an LSTM: fine-tuned in full or as frozen features
+FAMILY = Family(Model, trunk, flops_per_token, config=config, task_modes=("full", "features"), task_trunk=task_trunk,
+                initial_carry=initial_carry)

@@ -42,10 +42,22 @@ import jax.numpy as jnp
 import ml_collections
 
 from bertology.errors import UserError
-from bertology.models import encoder_config, flops, transformer_config
+from bertology.models import Family, encoder_config, flops, layout, transformer_config
 from bertology.models.heads import ClassifierHead, add_vocab_bias
-from bertology.models.transformer import (Dropout, HeadsDense, Mask, TransformerConfig, dense, gather_positions,
-                                          init, inputs, layer_norm, ones, with_first, zeros)
+from bertology.models.transformer import (
+    Dropout,
+    HeadsDense,
+    Mask,
+    TransformerConfig,
+    dense,
+    gather_positions,
+    init,
+    inputs,
+    layer_norm,
+    ones,
+    with_first,
+    zeros,
+)
 
 Array = jax.Array
 NORMALIZATIONS = ("no_norm", "layer_norm")
@@ -66,7 +78,6 @@ class Bottleneck:
 
 
 EXTRA_KEYS = tuple(f.name for f in dataclasses.fields(Bottleneck))
-TASK_MODES = ("full", "features")  # its bottlenecked stack has no Houlsby adapters
 # Core settings this stack does not read: any other value would be silently ignored.
 UNSUPPORTED = dict(norm="post", positions="absolute", share_layers="none", scan_layers=False, head_size=None,
                    adapter_size=None, embedding_norm=True, scale_embeddings=False, scale_attention=True,
@@ -363,3 +374,8 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     head = (2 * h * h + 2 * h * cfg.vocab_size) * predictions / length
     sentence = 0 if nominal else flops.sentence_head(cfg) / length
     return flops.TRAIN * (stack + head + sentence)
+
+
+# Its bottlenecked stack has no Houlsby adapters; its layers are whole modules `layer_{i}`.
+FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, build=build,
+                layer_index=layout.numbered("layer_"), task_modes=("full", "features"), task_trunk=task_trunk)

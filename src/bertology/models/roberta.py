@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import ml_collections
 
-from bertology.models import encoder_config, flops
+from bertology.models import Family, encoder_config, flops
 from bertology.models.heads import MaskedLMHead
 from bertology.models.transformer import Encoder, TransformerConfig
 
@@ -37,3 +37,6 @@ def trunk(params: dict) -> dict:
 def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
     return flops.masked_lm(encoder_config(config.model), config.data.max_seq_length,
                            config.data.max_predictions_per_seq, nominal)
+
+
+FAMILY = Family(Model, trunk, flops_per_token)

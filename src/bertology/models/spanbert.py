@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bertology.models.transformer import Encoder, TransformerConfig
-from bertology.models import encoder_config, flops
+from bertology.models import Family, encoder_config, flops
 from bertology.models.heads import MaskedLMHead, SpanBoundaryHead
+from bertology.models.transformer import Encoder, TransformerConfig
 
 
 class Model(nn.Module):
@@ -46,3 +46,6 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     predictions = config.data.max_predictions_per_seq
     return flops.masked_lm(encoder_config(config.model), config.data.max_seq_length, predictions, nominal,
                            rows=3 * predictions + 1, boundary=True)
+
+
+FAMILY = Family(Model, trunk, flops_per_token)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bertology.models import encoder_config, flops
+from bertology.models import Family, encoder_config, flops
 from bertology.models.transformer import EncoderDecoder, init
 
 EXTRA_KEYS = ("tie_embeddings",)
@@ -63,3 +63,6 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     """Both stacks, cross-attention and the output layer at every target position, per source token."""
     return flops.encoder_decoder(encoder_config(config.model), config.data.max_seq_length,
                                  config.data.max_target_length)
+
+
+FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, build=build)

@@ -11,8 +11,8 @@ feeds the head an ELMo-style learned scalar mix of all its layers (Peters et al.
 encoder's first token was trained for NSP at best, so in that mode sequence-level heads read the
 mix averaged over real tokens instead.
 
-The trunk is the shared `Encoder` unless the model's family builds its own (`task_trunk` in the
-family contract, `bertology.models`): XLNet's relative-attention stack read at its last `<cls>`,
+The trunk is the shared `Encoder` unless the model's family builds its own (`task_trunk` in its
+`Family` record, `bertology.models`): XLNet's relative-attention stack read at its last `<cls>`,
 ELMo's biLM (features mode only, its layers through the same scalar mix). Every trunk returns
 `sequence`, `pooled` (what sequence-level heads read) and `layers`. A trunk whose config is not
 a `TransformerConfig` gives the heads BERT's initialisation.
@@ -31,7 +31,7 @@ from bertology.errors import UserError
 from bertology.models.transformer import Encoder, TransformerConfig, dense, ones, zeros
 
 Array = jax.Array
-MODES = ("full", "adapters", "features")
+MODES = models.TASK_MODES
 SEQUENCE_KINDS = ("classification", "regression", "choice")
 
 
@@ -54,14 +54,14 @@ def masked_mean(x: Array, mask: Array) -> Array:
 def trunk(cfg: Any, family: str | None, name: str = "encoder") -> nn.Module:
     """The network under the heads (and what `bertology.features` reads): the family's own
     `task_trunk` where it defines one, else the shared Encoder."""
-    build = getattr(models.family(family), "task_trunk", None) if family else None
+    build = models.family(family).task_trunk if family else None
     return Encoder(cfg, name=name) if build is None else build(cfg, name)
 
 
 def task_modes(family: str) -> tuple[str, ...]:
-    """The modes a family's trunk fine-tunes with (its `TASK_MODES`; default all three): ELMo's
-    biLM only frozen, trunks without Houlsby adapters (MobileBERT's, the LSTMs') not `adapters`."""
-    return getattr(models.family(family), "TASK_MODES", MODES)
+    """The modes a family's trunk fine-tunes with (its record's `task_modes`; default all three):
+    ELMo's biLM only frozen, trunks without Houlsby adapters (MobileBERT's, the LSTMs') not `adapters`."""
+    return models.family(family).task_modes
 
 
 def check_length(cfg: Any, length: int, option: str) -> None:

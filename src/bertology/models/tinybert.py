@@ -18,7 +18,7 @@ import jax
 import ml_collections
 
 from bertology.errors import UserError
-from bertology.models import encoder_config, flops
+from bertology.models import Family, encoder_config, flops
 from bertology.models.transformer import Encoder, TransformerConfig, dense
 
 Array = jax.Array
@@ -68,3 +68,6 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     width = config.model.get("teacher_hidden_size") or cfg.hidden_size
     return flops.TRAIN * (flops.stack(cfg, config.data.max_seq_length, nominal=nominal)
                           + (cfg.num_layers + 1) * 2 * cfg.hidden_size * width)
+
+
+FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, build=build)

@@ -24,9 +24,19 @@ import jax.numpy as jnp
 import ml_collections
 
 from bertology.errors import UserError
-from bertology.models import flops, transformer_config
-from bertology.models.relative import (Biases, Recurrence, RelativeAttention, carry_of, causal_mask, encodings,
-                                       extend_memory, recurrence, run_carry, visible_keys)
+from bertology.models import Family, flops, transformer_config
+from bertology.models.relative import (
+    Biases,
+    Recurrence,
+    RelativeAttention,
+    carry_of,
+    causal_mask,
+    encodings,
+    extend_memory,
+    recurrence,
+    run_carry,
+    visible_keys,
+)
 from bertology.models.transformer import Embeddings, FeedForward, TransformerConfig, zeros
 
 EXTRA_KEYS = ("mem_len", "clamp_len", "same_length", "untie_r")
@@ -102,3 +112,7 @@ def flops_per_token(config_: ml_collections.ConfigDict, nominal: bool = False) -
     if nominal:
         return flops.TRAIN * (flops.stack(cfg, length, nominal=True) + flops.lm_head(cfg, transform=False))
     return flops.TRAIN * (flops.relative_stack(cfg, length, xl.mem_len) + flops.lm_head(cfg, transform=False))
+
+
+FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, build=build,
+                initial_carry=initial_carry)

@@ -52,6 +52,7 @@ class TransformerConfig:
     vocab_size: int = 30522
     hidden_size: int = 768
     num_layers: int = 12
+    num_decoder_layers: int | None = None  # an encoder-decoder's decoder depth; None: num_layers (T5's, BART's)
     num_heads: int = 12
     intermediate_size: int = 3072
     embedding_size: int | None = None  # ALBERT's E; None means E = hidden_size (no projection)
@@ -86,6 +87,9 @@ class TransformerConfig:
     def __post_init__(self):
         if self.num_layers < 1:
             raise UserError(f"model.num_layers={self.num_layers}: the encoder needs at least one layer")
+        if self.num_decoder_layers is not None and self.num_decoder_layers < 1:
+            raise UserError(f"model.num_decoder_layers={self.num_decoder_layers}: the decoder needs at least one "
+                            "layer (or None: as many as model.num_layers)")
         if self.head_size is None and self.hidden_size % self.num_heads:
             raise UserError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
@@ -106,6 +110,20 @@ class TransformerConfig:
             raise UserError(f"model.dtype={self.dtype!r} is unknown; use float32 or bfloat16")
         if self.scan_layers and self.share_layers != "none":
             raise UserError("model.scan_layers needs distinct layers; set share_layers='none' or scan_layers=False")
+
+    @property
+    def decoder_layers(self) -> int:
+        """An encoder-decoder's decoder depth: `num_decoder_layers`, else `num_layers`."""
+        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
+
+    def decoder_config(self) -> "TransformerConfig":
+        """The config of an encoder-decoder's decoder stack: `num_layers` is its own depth.
+
+        That includes `residual_scale` (GPT-2's 1/sqrt(2·layers) on the projections into the
+        residual stream): the decoder's stream sums its own layers' outputs only (the encoder's
+        reach it through cross-attention's keys and values, never added to it), so its own depth
+        is what keeps that sum's variance in check, as in GPT-2's argument."""
+        return dataclasses.replace(self, num_layers=self.decoder_layers, num_decoder_layers=None)
 
     @property
     def head_dim(self) -> int:
@@ -789,11 +807,19 @@ class Stack(nn.Module):
         return self.embeddings.attend(x)
 
 
-def stack_layers(stack_params: dict, num_layers: int) -> dict:
+def stack_layers(stack_params: dict, num_layers: int | None = None) -> dict:
     """A stack's unscanned parameters in the scanned layout: `attention_{i}`, `cross_attention_{i}`
-    and `ffn_{i}` become `layers/attention` (...) with a leading axis of length `num_layers`, so a
-    checkpoint of either layout can start the other."""
+    and `ffn_{i}` become `layers/attention` (...) with a leading axis of length `num_layers`: the
+    same parameters in the other layout, which the tests compare the layouts with (a run's
+    checkpoint loads into its own layout only). `num_layers`: the stack's own depth (an
+    encoder-decoder's decoder: `cfg.decoder_layers`); None counts the stack's `attention_{i}`,
+    and a depth other than that count is refused (it would drop or miss layers)."""
     blocks = [b for b in ("attention", "cross_attention", "ffn") if f"{b}_0" in stack_params]
+    depth = sum(1 for k in stack_params if k.startswith("attention_") and k[len("attention_"):].isdigit())
+    if num_layers is None:
+        num_layers = depth
+    elif num_layers != depth:
+        raise ValueError(f"stack_layers: num_layers={num_layers}, but the stack has {depth} layers")
     out = {k: v for k, v in stack_params.items() if not any(k.startswith(f"{b}_") for b in blocks)}
     out["layers"] = {b: jax.tree.map(lambda *xs: jnp.stack(xs), *(stack_params[f"{b}_{i}"] for i in range(num_layers)))
                      for b in blocks}
@@ -850,7 +876,8 @@ def shift_right(ids: Array, start_id: int) -> Array:
 
 
 class EncoderDecoder(nn.Module):
-    """An encoder and a cross-attending decoder sharing one token table (BART, T5, MASS).
+    """An encoder and a cross-attending decoder sharing one token table (BART, T5, MASS). The
+    decoder has `cfg.decoder_layers` layers (`num_decoder_layers`, else as many as the encoder).
 
     `encode(batch)` reads `input_ids`/`input_mask`; `decode(batch, encoded, encoder_mask)` reads
     `decoder_input_ids`/`decoder_input_mask` (and `decoder_positions`). Family models subclass it
@@ -870,14 +897,18 @@ class EncoderDecoder(nn.Module):
 
     cfg: TransformerConfig
     decoder_embeddings: bool = False
+    # The token decoding starts from where the run's data name none (`generation.decoder_start_id`):
+    # the pad id, as T5. A class constant (no annotation), not a module field.
+    decoder_start = "pad"
 
     def setup(self):
         cfg = dataclasses.replace(self.cfg, pooler=False)
         self.encoder = Encoder(cfg, name="encoder")
+        decoder = cfg.decoder_config()  # its own depth (`num_decoder_layers`), the rest shared
         if self.decoder_embeddings:
-            self.decoder = Decoder(cfg, cross=True, shared_tokens=self.encoder.embeddings.token, name="decoder")
+            self.decoder = Decoder(decoder, cross=True, shared_tokens=self.encoder.embeddings.token, name="decoder")
         else:
-            self.decoder = Decoder(cfg, cross=True, shared_embeddings=self.encoder.embeddings, name="decoder")
+            self.decoder = Decoder(decoder, cross=True, shared_embeddings=self.encoder.embeddings, name="decoder")
 
     def encode(self, batch: dict[str, Array], *, deterministic: bool = True) -> Array:
         return self.encoder(batch, deterministic=deterministic)["sequence"]

@@ -30,9 +30,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from bertology import objectives
+from bertology.data.rows import ShuffledRows
 from bertology.data.transforms import UNILM_SEGMENTS
 from bertology.errors import UserError
-from bertology.models import encoder_config, flops, roberta
+from bertology.models import Family, decoding, encoder_config, flops, roberta
 from bertology.models.transformer import Mask
 
 # unilm-v1 `from_pretrained`: the row of BERT's two-row segment table each UniLM row starts from.
@@ -40,9 +42,53 @@ SEGMENT_ROWS_FROM_BERT = (0, 1, 0, 0, 0, 1)
 SEQ2SEQ = Mask.KINDS.index("seq2seq")
 
 
+def _prime(model: Model, params: Any, ids: jax.Array, mask: jax.Array, max_new_tokens: int, start_id: int | None,
+           mask_id: int | None, copies: int) -> tuple[Any, jax.Array, decoding.Feed]:
+    """The prefill takes the whole left-padded `[CLS] source [SEP]` (bidirectional, so every
+    source token must see the last one); then the cache index steps back one and the last source
+    token is fed again with the first `[MASK]`, rewriting its keys unchanged."""
+    assert mask_id is not None, "generation._inputs refuses a UniLM call without mask_id"
+    rows, source = ids.shape
+    positions, last = decoding.last_positions(mask, copies)
+    blank = jnp.zeros((rows, source + max_new_tokens), jnp.int32)
+    cache = model.init(jax.random.key(0), seq2seq_batch(blank, blank, blank, source, jnp.arange(blank.shape[1])),
+                       method=Model.next_token)["cache"]
+    prefill = seq2seq_batch(ids, mask, positions, source, jnp.arange(source))
+    _, variables = model.apply({"params": params, "cache": cache}, prefill, method=Model.next_token, mutable=["cache"])
+    pair = jnp.arange(2)
+
+    def feed(token: jax.Array, step: jax.Array) -> dict[str, jax.Array]:
+        fed = jnp.stack([token, jnp.full_like(token, mask_id)], axis=1)
+        return seq2seq_batch(fed, jnp.ones_like(fed), last + step + pair, source, source - 1 + step + pair)
+
+    cache = decoding.repeat_rows(decoding.rewind(variables["cache"]), copies, model.cfg.scan_layers)
+    return cache, jnp.repeat(ids[:, -1], copies), feed
+
+
+def _forward(model: Model, params: Any, cache: Any, piece: dict[str, jax.Array]) -> tuple[jax.Array, Any]:
+    """The logits at the step's `[MASK]`, whose cache slot is then given back."""
+    logits, variables = model.apply({"params": params, "cache": cache}, piece, method=Model.next_token,
+                                    mutable=["cache"])
+    return logits.astype(jnp.float32), decoding.rewind(variables["cache"])
+
+
+# unilm-v1's decoder: the left-padded source `[CLS] source [SEP]` is the input and the target
+# follows it in the same sequence under the sequence-to-sequence mask (the source bidirectional,
+# the target causal). Each step feeds the previous token and a `[MASK]` after it and reads the
+# next token from the MLM head at the `[MASK]`; the cache index then steps back by one, so the
+# next step overwrites the `[MASK]`'s keys with the token chosen for it. Outputs end at `[SEP]`.
+DECODING = decoding.Decoding(
+    transduces=True, left_pad=True, takes_start=False, takes_mask=True, prime=_prime, forward=_forward,
+    frame=lambda tokenizer, ids, length: [tokenizer.cls_id, *ids[: None if length is None else length - 2],
+                                          tokenizer.sep_id],
+    end_id=lambda tokenizer: tokenizer.sep_id, positions=lambda width, longest, new: longest + new)
+
+
 class Model(roberta.Model):
     """`mlm_logits` [batch, max_predictions, vocab] at `masked_positions`, each row under its own
-    mask kind; `next_token` is the incremental decoding step (see `greedy_seq2seq`)."""
+    mask kind; `next_token` is the incremental decoding step (`DECODING`)."""
+
+    decoding = DECODING  # a class constant (no annotation), not a module field
 
     def next_token(self, batch: dict[str, jax.Array]) -> jax.Array:
         """Logits [batch, vocab] at the last of the new tokens, against the KV cache (flax
@@ -151,3 +197,47 @@ def mask_targets(rows: dict[str, np.ndarray], rng: np.random.Generator, tokenize
     corrupted = _corrupt(ids, positions, weights, rng, vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
                          special=np.asarray(sorted(tokenizer.special_ids)), mask_prob=0.8, random_prob=0.1)
     return {**rows, **corrupted}
+
+
+
+class TargetMasked:
+    """UniLM's fine-tuning batches: `rows`' batches with their targets masked afresh each batch
+    (`mask_targets`, `data.target_mask_prob` of the target tokens, unilm-v1's 0.7), drawn
+    from (seed, batch position) so that a resumed run masks exactly as the first did."""
+
+    def __init__(self, rows: ShuffledRows, tokenizer: Any, max_predictions: int, prob: float, seed: int):
+        self.rows, self.tokenizer, self.max_predictions, self.prob, self.seed = rows, tokenizer, max_predictions, prob, seed
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.rows.set_state(state)
+
+    def get_state(self) -> dict[str, Any]:
+        return self.rows.get_state()
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng([self.seed, self.rows.position])
+        return mask_targets(next(self.rows), rng, self.tokenizer, max_predictions=self.max_predictions,
+                                  prob=self.prob)
+
+
+def seq2seq_training(config: Any, tokenizer: Any, examples: list[dict], source_length: int,
+                     target_length: int) -> tuple[TargetMasked, Any, dict[str, np.ndarray]]:
+    """UniLM's sequence-to-sequence fine-tuning (the family's `seq2seq_training`), as the paper
+    fine-tunes it: `[CLS] source [SEP] target [SEP]` under the sequence-to-sequence mask, MLM on
+    `data.target_mask_prob` (default 0.7) of the target tokens, at most
+    `data.max_predictions_per_seq` (default the target length) per row: (batches, objective, example)."""
+    encode = lambda side: [np.asarray(tokenizer.encode(e[side]), np.int32) for e in examples]  # noqa: E731
+    arrays = finetune_rows(encode("source"), encode("target"), source_length, target_length, tokenizer)
+    prob = config.data.get("target_mask_prob", TARGET_MASK_PROB)
+    if not 0.0 < prob <= 1.0:
+        raise UserError(f"data.target_mask_prob={prob} must be in (0, 1]; UniLM fine-tunes at 0.7")
+    max_predictions = config.data.get("max_predictions_per_seq") or target_length
+    rows = TargetMasked(ShuffledRows(arrays, config.batch_size, config.seed), tokenizer, max_predictions, prob,
+                        config.seed)
+    first = mask_targets({k: v[:1] for k, v in arrays.items()}, np.random.default_rng(0), tokenizer,
+                         max_predictions=max_predictions)
+    return rows, objectives.get("roberta"), {k: v[:1] for k, v in first.items()}
+
+
+FAMILY = Family(Model, trunk, flops_per_token, init_from=init_from, seq2seq_training=seq2seq_training)
+

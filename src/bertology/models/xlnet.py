@@ -33,9 +33,18 @@ import jax.numpy as jnp
 import ml_collections
 
 from bertology.errors import UserError
-from bertology.models import flops, transformer_config
-from bertology.models.relative import (Biases, Recurrence, RelativeAttention, carry_of, encodings, extend_memory,
-                                       recurrence, run_carry, visible_keys)
+from bertology.models import Family, flops, transformer_config
+from bertology.models.relative import (
+    Biases,
+    Recurrence,
+    RelativeAttention,
+    carry_of,
+    encodings,
+    extend_memory,
+    recurrence,
+    run_carry,
+    visible_keys,
+)
 from bertology.models.transformer import Embeddings, FeedForward, TransformerConfig, dense, init, zeros
 
 EXTRA_KEYS = ("mem_len", "reuse_len", "clamp_len", "untie_r", "bi_data")
@@ -182,3 +191,7 @@ def flops_per_token(config_: ml_collections.ConfigDict, nominal: bool = False) -
         return flops.TRAIN * (flops.stack(cfg, length, nominal=True) + head)
     return flops.TRAIN * (flops.relative_stack(cfg, length, xl.mem_len, segment_term=True, last_queries=False)
                           + flops.query_stream(cfg, length, xl.mem_len, predictions) + head)
+
+
+FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, build=build,
+                task_trunk=task_trunk, initial_carry=initial_carry)

@@ -33,6 +33,7 @@ from bertology.errors import UserError
 from bertology.evaluation import classification as metrics
 from bertology.tasks import Example, Task, builder, data_dir
 
+
 @dataclasses.dataclass(frozen=True)
 class Spec:
     directory: str  # as in the GLUE download: CoLA, SST-2, ...

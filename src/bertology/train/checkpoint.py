@@ -204,7 +204,8 @@ def audit(state: Any) -> tuple[dict[str, str], bool]:
     finite = all(np.isfinite(x).all() for x in host.values() if jnp.issubdtype(x.dtype, jnp.inexact))
     device = {i: x for i, x in enumerate(leaves) if i not in host}
     if device:
-        mesh = next((x.sharding.mesh for x in device.values() if isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding)), None)
+        mesh = next((x.sharding.mesh for x in device.values()
+                     if isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding)), None)
         replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         lanes, ok = jax.device_get(jax.jit(_audit, out_shardings=replicated)(list(device.values())))
         prints.update(zip(device, (tuple(int(v) for v in pair) for pair in lanes)))
@@ -289,7 +290,8 @@ def load_params(workdir: str | pathlib.Path, step: int | None = None) -> tuple[A
     if not config_file.exists():
         raise UserError(f"{workdir} is not a bertology run (no config.json); pass the --workdir of a pretraining run")
     directory = workdir.absolute() / "checkpoints"
-    with ocp.CheckpointManager(directory, item_handlers={"state": ocp.PyTreeCheckpointHandler(), "data": ocp.JsonCheckpointHandler()}) as manager:
+    handlers = {"state": ocp.PyTreeCheckpointHandler(), "data": ocp.JsonCheckpointHandler()}
+    with ocp.CheckpointManager(directory, item_handlers=handlers) as manager:
         step = manager.latest_step() if step is None else step
         if step is None:
             raise UserError(f"{directory} holds no checkpoint; train first or pass another workdir")

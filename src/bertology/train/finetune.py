@@ -34,14 +34,15 @@ from ml_collections.config_dict import placeholder
 
 from bertology import models, objectives, tasks, validation
 from bertology.data.embedded import DEFAULT_VOCAB
+from bertology.data.rows import ShuffledRows
 from bertology.data.tokenizers import for_data
-from bertology.errors import UserError
 from bertology.data.transforms import seq2seq_rows
+from bertology.errors import UserError
 from bertology.evaluation import outputs
 from bertology.generation import decoder_start_id, frame_source, generate
-from bertology.models import unilm
+from bertology.models import layout
+from bertology.models.decoding import decoding_of, require
 from bertology.models.presets import bert_preset
-from bertology.models.transformer import EncoderDecoder
 from bertology.models.tasks import MODES, TaskModel, check_length, task_modes
 from bertology.tasks.inputs import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
@@ -173,41 +174,6 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, str
     return models.encoder_config(config.model), None, tokenizer, str(vocab), config.model.family
 
 
-class ShuffledRows:
-    """Endless batches of training rows: the concatenation of successive permutations of the
-    rows (one Generator seeded once), cut into batches, so small sets wrap around. Its position
-    is one number, so a resumed run replays the same permutations and continues where it stopped."""
-
-    def __init__(self, arrays: dict[str, np.ndarray], batch_size: int, seed: int):
-        self.arrays, self.batch_size, self.seed = arrays, batch_size, seed
-        self.n = len(next(iter(arrays.values())))
-        self.set_state({"position": 0})
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.position = state["position"]
-        self._rng = np.random.default_rng(self.seed)
-        self._pass, self._order = -1, np.zeros(0, np.int64)
-        self._advance_to(self.position // self.n)
-
-    def get_state(self) -> dict[str, Any]:
-        return {"position": self.position}
-
-    def _advance_to(self, p: int) -> None:
-        while self._pass < p:
-            self._order, self._pass = self._rng.permutation(self.n), self._pass + 1
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        pieces, need = [], self.batch_size
-        while need:
-            self._advance_to(self.position // self.n)
-            start = self.position % self.n
-            pieces.append(self._order[start:start + need])
-            self.position += len(pieces[-1])
-            need -= len(pieces[-1])
-        rows = np.concatenate(pieces)
-        return {k: v[rows] for k, v in self.arrays.items()}
-
-
 def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, Any]:
     """Fine-tune per `config` in `workdir`, resuming from its latest checkpoint; write results.json
     (and predictions) and return the results. A run stopped by SIGTERM returns {"preempted": True, ...}."""
@@ -220,7 +186,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
         raise UserError(f"mode={config.mode!r} is unknown; use one of {MODES}")
     validation.check(config)
     cfg, pretrained, tokenizer, vocab, family = _encoder(config)
-    task_inputs = getattr(models.family(family), "task_inputs", None)
+    record = models.family(family)
+    task_inputs = record.task_inputs
     config.data.vocab = vocab
     modes = task_modes(family)
     if config.mode not in modes:
@@ -258,11 +225,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
         tx, lr = optimizer_lib.make(
             opt_cfg, total,
             trainable=trainable_mask(params, config.mode) if config.mode != "full" else None,
-            multipliers=optimizer_lib.layerwise_multipliers(params, cfg.num_layers, decay) if decay != 1.0 else None,
+            multipliers=(optimizer_lib.layerwise_multipliers(params, cfg.num_layers, decay, record.layer_index)
+                         if decay != 1.0 else None),
         )
         if config.quantize == "int8":
             tx = quantize_lib.ema_ranges(tx, config.quant_ema_decay)
-        return (tx if plan.kind == "none" else prune_lib.pruned(tx, plan)), lr
+        return (tx if plan.kind == "none" else prune_lib.pruned(tx, plan, record.layer_index)), lr
 
     def with_pretrained(fresh: Any) -> Any:
         return {**fresh, "encoder": merge_pretrained(fresh["encoder"], pretrained, config.init_checkpoint)}
@@ -301,7 +269,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
 
         params = run.state["params"]
         n_params = sum(x.size for x in jax.tree.leaves(params))
-        n_train_params = sum(x.size for x, t in zip(jax.tree.leaves(params), jax.tree.leaves(trainable_mask(params, config.mode))) if t)
+        trains = jax.tree.leaves(trainable_mask(params, config.mode))
+        n_train_params = sum(x.size for x, t in zip(jax.tree.leaves(params), trains) if t)
         log(f"fine-tuning {task.name} ({task.kind}, mode {config.mode}, {n_train_params / 1e6:.2f}M of "
             f"{n_params / 1e6:.2f}M params trained) from {config.init_checkpoint or 'scratch'}: "
             f"{n_train} training rows, {total} steps of {config.batch_size}")
@@ -310,7 +279,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     if results.get("preempted"):
         return results
     _write_predictions(task, splits, latest["predictions"], workdir)
-    results = {**results, **_compression(run.state["params"], config, plan, workdir)}
+    results = {**results, **_compression(run.state["params"], config, plan, record.layer_index, workdir)}
     outputs.write_results(workdir, results)
     return {**results, "params": run.state["params"], "predictions": latest["predictions"]}
 
@@ -353,7 +322,7 @@ def prune_plan(config: ml_collections.ConfigDict, total: int) -> prune_lib.Plan:
 
 
 def _compression(params: Any, config: ml_collections.ConfigDict, plan: prune_lib.Plan,
-                 workdir: pathlib.Path) -> dict[str, Any]:
+                 layer_index: layout.LayerIndex, workdir: pathlib.Path) -> dict[str, Any]:
     """What a run that makes a smaller model adds to its results (and the int8 weights it writes)."""
     out: dict[str, Any] = {"parameters": int(sum(x.size for x in jax.tree.leaves(params)))}
     if config.quantize == "int8":
@@ -361,9 +330,9 @@ def _compression(params: Any, config: ml_collections.ConfigDict, plan: prune_lib
         (workdir / "int8_params.msgpack").write_bytes(flax.serialization.msgpack_serialize(int8))
         out.update(float32_bytes=quantize_lib.nbytes(params), int8_bytes=quantize_lib.nbytes(int8))
     if plan.kind != "none":
-        out["sparsity"] = prune_lib.sparsity(params)
+        out["sparsity"] = prune_lib.sparsity(params, layer_index)
         out["nonzero_parameters"] = int(sum((jnp.asarray(x) != 0).sum() for x in jax.tree.leaves(params)))
-        out["heads_left"] = prune_lib.heads_left(params)
+        out["heads_left"] = prune_lib.heads_left(params, layer_index)
     return out
 
 
@@ -386,8 +355,8 @@ def _results(run: run_lib.Run, summary: dict, task: tasks.Task, config: ml_colle
     return results
 
 
-def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, int | None]:
-    """(model, pretrained params or None, tokenizer, vocab path, decoder start id; None for UniLM)
+def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, models.Family, Any, Any, str, int | None]:
+    """(model, its family, pretrained params or None, tokenizer, vocab path, decoder start id or None)
     of an encoder-decoder or UniLM run (`init_checkpoint`: its model, parameters, vocabulary with its sentinels or
     <mask>, and decoder start) or from `model` (scratch; `data.vocab`, `data.extra_ids`,
     `data.add_mask`). The start id is `data.decoder_start` if set, else the pretraining
@@ -409,13 +378,13 @@ def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, st
                         f"{model_config.vocab_size}; set data.vocab, data.extra_ids or data.add_mask to the "
                         "pretraining run's")
     model = models.build(model_config)
-    if isinstance(model, unilm.Model):
-        return model, pretrained, tokenizer, str(data["vocab"]), None
-    if not isinstance(model, EncoderDecoder):
+    way = decoding_of(model)
+    if way is None or not way.transduces:
         raise UserError(f"task {config.task} needs an encoder-decoder (t5, bart) or UniLM but the model is "
                         f"{model_config.family}; use configs/finetune/seq2seq.py's model or a BART/T5/MASS/UniLM "
                         "checkpoint")
-    return model, pretrained, tokenizer, str(data["vocab"]), decoder_start_id(data, model_config.family, tokenizer)
+    start = decoder_start_id(data, model, tokenizer) if way.takes_start else None
+    return model, models.family(model_config.family), pretrained, tokenizer, str(data["vocab"]), start
 
 
 def seq2seq_arrays(examples: list[dict], tokenizer: Any, source_length: int, target_length: int,
@@ -441,26 +410,6 @@ def _weighted_batches(arrays: dict[str, np.ndarray], batch_size: int) -> list[di
     return batches
 
 
-class TargetMasked:
-    """UniLM's fine-tuning batches: `rows`' batches with their targets masked afresh each batch
-    (`unilm.mask_targets`, `data.target_mask_prob` of the target tokens, unilm-v1's 0.7), drawn
-    from (seed, batch position) so that a resumed run masks exactly as the first did."""
-
-    def __init__(self, rows: ShuffledRows, tokenizer: Any, max_predictions: int, prob: float, seed: int):
-        self.rows, self.tokenizer, self.max_predictions, self.prob, self.seed = rows, tokenizer, max_predictions, prob, seed
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.rows.set_state(state)
-
-    def get_state(self) -> dict[str, Any]:
-        return self.rows.get_state()
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng([self.seed, self.rows.position])
-        return unilm.mask_targets(next(self.rows), rng, self.tokenizer, max_predictions=self.max_predictions,
-                                  prob=self.prob)
-
-
 def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, task: tasks.Task) -> dict[str, Any]:
     """`finetune` for a seq2seq task: teacher-forced training with the seq2seq objective
     (`label_smoothing`), evaluation by generation (`generation.*`: num_beams, length_penalty,
@@ -475,45 +424,36 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
     if config.mode != "full":
         raise UserError(f"mode={config.mode!r}: seq2seq tasks fine-tune the whole model; use mode=full")
     validation.check(config)
-    model, pretrained, tokenizer, vocab, start = _seq2seq_model(config)
+    model, family, pretrained, tokenizer, vocab, start = _seq2seq_model(config)
     config.data.vocab = vocab
     source_length, target_length = config.data.max_seq_length, config.data.get("max_target_length", 64)
     options = dict(config.get("generation", {}))
     generation_options = dict(num_beams=options.get("num_beams", 1), length_penalty=options.get("length_penalty", 1.0),
                               max_new_tokens=options.get("max_new_tokens") or target_length)
-    is_unilm = isinstance(model, unilm.Model)
-    if is_unilm:
-        generation_options.update(eos_id=tokenizer.sep_id, mask_id=tokenizer.mask_id)
-    else:
-        generation_options.update(eos_id=tokenizer.eos_id, decoder_start_id=start)
+    way = require(model)
+    generation_options["eos_id"] = way.end_id(tokenizer)
+    if way.takes_mask:
+        generation_options["mask_id"] = tokenizer.mask_id
+    if way.takes_start:
+        generation_options["decoder_start_id"] = start
     splits = task.load(config.data.dir, config.data.cache_dir, log=log)
     if not splits.get("train"):
         raise UserError(f"task {task.name} has no training examples; check its files under data.dir")
-    if is_unilm:
-        encode = lambda side: [np.asarray(tokenizer.encode(e[side]), np.int32) for e in splits["train"]]  # noqa: E731
-        train_arrays = unilm.finetune_rows(encode("source"), encode("target"), source_length, target_length, tokenizer)
-        prob = config.data.get("target_mask_prob", unilm.TARGET_MASK_PROB)
-        if not 0.0 < prob <= 1.0:
-            raise UserError(f"data.target_mask_prob={prob} must be in (0, 1]; UniLM fine-tunes at 0.7")
-        max_predictions = config.data.get("max_predictions_per_seq") or target_length
-        rows = TargetMasked(ShuffledRows(train_arrays, config.batch_size, config.seed), tokenizer, max_predictions,
-                            prob, config.seed)
-        objective = objectives.get("roberta")
-        example = {k: v[:1] for k, v in unilm.mask_targets({k: v[:1] for k, v in train_arrays.items()},
-                                                           np.random.default_rng(0), tokenizer,
-                                                           max_predictions=max_predictions).items()}
+    if family.seq2seq_training is not None:  # the family's own (UniLM's masked targets)
+        rows, objective, example = family.seq2seq_training(config, tokenizer, splits["train"], source_length,
+                                                           target_length)
     else:
         train_arrays = seq2seq_arrays(splits["train"], tokenizer, source_length, target_length, start)
         rows = ShuffledRows(train_arrays, config.batch_size, config.seed)
         objective = objectives.get({"name": "seq2seq", "label_smoothing": config.get("label_smoothing", 0.0)})
         example = {k: v[:1] for k, v in train_arrays.items()}
-    n_train = len(train_arrays["input_ids"])
+    n_train = len(splits["train"])  # one row per example, whichever training
     total = config.total_steps or config.epochs * math.ceil(n_train / config.batch_size)
     opt_cfg = ml_collections.ConfigDict(config.optimizer.to_dict())
     if opt_cfg.warmup_steps is None:
         opt_cfg.warmup_steps = int(round(opt_cfg.warmup_fraction * total))
     eval_examples = config.get("eval_examples") or None
-    held_out = {} if is_unilm else {
+    held_out = {} if family.seq2seq_training is not None else {
         split: _weighted_batches(seq2seq_arrays(splits[split][:eval_examples], tokenizer, source_length, target_length,
                                                 start), config.eval_batch_size)
         for split in task.eval_splits}

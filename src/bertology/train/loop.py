@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
-from types import ModuleType
 from typing import Any, Callable, Iterator
 
 import jax
@@ -35,8 +34,8 @@ from bertology.train import optimizer as optimizer_lib
 from bertology.train import run as run_lib
 from bertology.train import teacher as teacher_lib
 from bertology.train.checkpoint import check_shapes, load_params
-from bertology.train.step import CARRY_RESET
 from bertology.train.metrics import log
+from bertology.train.step import CARRY_RESET
 
 
 def adopt_init_checkpoint(config: ml_collections.ConfigDict) -> Callable[[Any], Any] | None:
@@ -55,7 +54,7 @@ def adopt_init_checkpoint(config: ml_collections.ConfigDict) -> Callable[[Any], 
     if config.data.vocab is None:
         config.data.vocab = source["data"]["vocab"]
     if family != config.model.family:
-        init_from = getattr(models.family(config.model.family), "init_from", None)
+        init_from = models.family(config.model.family).init_from
         if init_from is None:
             raise UserError(f"init_checkpoint {config.init_checkpoint} is a {family} model but this config pretrains "
                             f"{config.model.family}; use configs/{family}.py")
@@ -115,11 +114,10 @@ def contiguous_data(config: ml_collections.ConfigDict, transform: transforms.Tra
     return stream, evals
 
 
-def first_carry(family: ModuleType, model_config: ml_collections.ConfigDict, batch_size: int) -> Any:
+def first_carry(family: models.Family, model_config: ml_collections.ConfigDict, batch_size: int) -> Any:
     """The family's initial carry for this model block on contiguous lanes; None if it carries
     nothing (no `initial_carry`, or that says so), so a stateless family reads lanes as plain rows."""
-    initial = getattr(family, "initial_carry", None)
-    return None if initial is None else initial(model_config, batch_size)
+    return None if family.initial_carry is None else family.initial_carry(model_config, batch_size)
 
 
 def eval_model_block(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict | None:
@@ -197,7 +195,7 @@ def prepared(config: ml_collections.ConfigDict,
         log(f"starting from the layers of the teacher {config.teacher_checkpoint}")
         return params
 
-    starts = start is not None or (teacher is not None and hasattr(family, "from_teacher"))
+    starts = start is not None or (teacher is not None and family.from_teacher is not None)
     with run_lib.setup(
         config, workdir,
         model=models.build(config.model),

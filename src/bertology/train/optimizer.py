@@ -7,39 +7,38 @@ clipping at 1.0. GPT's recipes decay along a cosine instead (`schedule`, `end_le
 Fine-tuning adds two options. Layer-wise learning-rate decay (ELECTRA, Clark et al. 2020) scales
 each parameter's update by decay^(num_layers + 2 - depth): embeddings are depth 0, layer i is
 depth i + 1, and everything else (task head, pooler, scalar mix) is depth num_layers + 2, i.e.
-the full rate -- as ELECTRA's `_get_layer_lrs` assigns them. A trainable mask freezes the rest:
+the full rate -- as ELECTRA's `_get_layer_lrs` assigns them. Which layer a parameter is in is the
+trunk family's `layer_index` (`bertology.models.layout`); a scanned stack's parameters get one
+factor per layer along their leading axis. A trainable mask freezes the rest:
 frozen parameters get exactly zero updates and no Adam state, and do not count towards clipping.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 import optax
 
 from bertology.errors import UserError
-
-# Biases and LayerNorm scales (LayerNorm biases are `bias` too); BART's output bias, a constant
-# (models/bart.py), must not decay either.
-NO_DECAY = ("bias", "scale", "final_logits_bias")
+from bertology.models import layout
 
 
-def _names(path) -> list[str]:
-    return [p.key for p in path if isinstance(p, jax.tree_util.DictKey)]
+def decays(name: str) -> bool:
+    """Whether the parameter called `name` (the last key of its path) gets weight decay: not a
+    norm's `scale` and no bias. BERT's and XLNet's reference optimizers skip every variable whose
+    name contains "bias" (`re.search`, `exclude_from_weight_decay`), so the rule is a substring:
+    it also spares XLNet's `lm_bias` and `r_*_bias`, the LSTMs' `output_bias` and BART's constant
+    `final_logits_bias`, with no family named here."""
+    return name != "scale" and "bias" not in name
 
 
 def decay_mask(params: Any) -> Any:
-    """True for parameters that get weight decay: everything but biases and LayerNorm."""
-
-    def keep(path, _):
-        # The last dict key names the parameter (boxed trees add a `.value` attribute after it).
-        name = _names(path)[-1]
-        return name not in NO_DECAY
-
-    return jax.tree_util.tree_map_with_path(keep, params)
+    """True for parameters that get weight decay (`decays`)."""
+    # The last dict key names the parameter (boxed trees add a `.value` attribute after it).
+    return jax.tree_util.tree_map_with_path(lambda path, _: decays(layout.keys(path)[-1]), params)
 
 
 def schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
@@ -61,25 +60,29 @@ def schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule
                                 boundaries=[warmup])
 
 
-_LAYER = re.compile(r"^(attention|ffn)_(\d+)$")
-
-
-def layer_depth(names: list[str], num_layers: int) -> int:
-    """ELECTRA's depth of a parameter, named by its path in the fine-tuning model's tree."""
-    if len(names) > 1 and names[0] == "encoder":
-        if names[1] in ("embeddings", "embeddings_projection"):
-            return 0
-        match = _LAYER.match(names[1])
-        if match:
-            return int(match.group(2)) + 1
+def layer_depth(where: int | str | None, num_layers: int) -> int | np.ndarray:
+    """ELECTRA's depth of a parameter at `where` (`layout.in_layers`): one int, or for a scanned
+    stack the depths of its layers in order."""
+    if where == layout.EMBEDDINGS:
+        return 0
+    if where == layout.STACKED:
+        return np.arange(1, num_layers + 1)
+    if isinstance(where, int):
+        return where + 1
     return num_layers + 2
 
 
-def layerwise_multipliers(params: Any, num_layers: int, decay: float) -> Any:
-    """decay^(num_layers + 2 - depth) per parameter (a tree shaped like params)."""
-    return jax.tree_util.tree_map_with_path(
-        lambda path, _: decay ** (num_layers + 2 - layer_depth(_names(path), num_layers)), params
-    )
+def layerwise_multipliers(params: Any, num_layers: int, decay: float, layer_index: layout.LayerIndex) -> Any:
+    """decay^(num_layers + 2 - depth) per parameter (a tree shaped like params; a scanned stack's
+    leaves get a [num_layers, 1, ...] factor that broadcasts along their layer axis)."""
+
+    def factor(path, leaf):
+        depth = layer_depth(layout.in_layers(layout.keys(path), layer_index), num_layers)
+        if isinstance(depth, np.ndarray):
+            return (decay ** (num_layers + 2 - depth)).reshape(-1, *[1] * (np.ndim(leaf) - 1)).astype(np.float32)
+        return decay ** (num_layers + 2 - depth)
+
+    return jax.tree_util.tree_map_with_path(factor, params)
 
 
 def scale_by_tree(multipliers: Any) -> optax.GradientTransformation:

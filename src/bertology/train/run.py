@@ -71,7 +71,7 @@ from bertology.train import sharding
 from bertology.train.checkpoint import DIVERGENCE_HINT, Checkpointer, check_shapes
 from bertology.train.distributed import any_process
 from bertology.train.metrics import MetricsWriter, format_duration, is_remote, log
-from bertology.train.step import CARRY, State, with_carry, fresh_state, make_train_step, param_init
+from bertology.train.step import CARRY, State, fresh_state, make_train_step, param_init, with_carry
 from bertology.train.teacher import Teacher, WithTeacher
 
 # The train state's count of steps not applied because their loss or gradient was not finite.

@@ -1,0 +1,70 @@
+"""The family boundary: shared code never imports a family's module or compares anything with a
+family's name; it asks the family's `Family` record (`bertology.models`).
+
+Shared code is every module outside `bertology/models/` (where the families and the core live)
+and `bertology/objectives/` (each family's pretraining losses). The check reads the source (AST):
+an import of `bertology.models.<family>`, or a comparison (`==`, `!=`, `in`, `not in`) with a
+string constant that names a family.
+
+`KNOWN` lists the places that still do either, each to be moved behind the record; the test
+fails both on a new violation and on a listed one that is gone (so the list only shrinks).
+"""
+
+import ast
+import importlib
+import pathlib
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "bertology"
+FAMILY_HOMES = ("models", "objectives")
+
+# (module, what) of each remaining violation: "import <family>" or "compares <family>".
+KNOWN = {
+    ("interop/hf.py", "compares roberta"),  # the tokenizer convention named after RoBERTa's
+    ("interop/elmo_hdf5.py", "import elmo"),  # each family's HF/hdf5 record: its interop module
+    ("interop/families.py", "import mobilebert"),
+    ("interop/hf_config.py", "import electra"),
+}
+
+
+def _families() -> set[str]:
+    from bertology.models import Family
+
+    names = set()
+    for path in (SRC / "models").glob("*.py"):
+        module = importlib.import_module(f"bertology.models.{path.stem}")
+        if isinstance(getattr(module, "FAMILY", None), Family):
+            names.add(path.stem)
+    return names
+
+
+def _violations(path: pathlib.Path, families: set[str]) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[:2] == ["bertology", "models"]:
+                if len(parts) > 2 and parts[2] in families:
+                    found.add(f"import {parts[2]}")
+                found |= {f"import {a.name}" for a in node.names if len(parts) == 2 and a.name in families}
+        elif isinstance(node, ast.Import):
+            found |= {f"import {a.name.split('.')[2]}" for a in node.names
+                      if a.name.startswith("bertology.models.") and a.name.split(".")[2] in families}
+        elif isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                found |= {f"compares {v.value}" for v in values
+                          if isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value in families}
+    return found
+
+
+def test_shared_code_asks_the_family_record_not_the_family():
+    families = _families()
+    assert {"bert", "bart", "t5", "unilm", "xlnet", "elmo", "mobilebert"} <= families
+    seen = set()
+    for path in sorted(SRC.rglob("*.py")):
+        relative = path.relative_to(SRC).as_posix()
+        if relative.split("/")[0] in FAMILY_HOMES:
+            continue
+        seen |= {(relative, what) for what in _violations(path, families)}
+    assert seen - KNOWN == set(), f"shared code names a family; ask its Family record instead: {sorted(seen - KNOWN)}"
+    assert KNOWN - seen == set(), f"fixed, so remove from KNOWN: {sorted(KNOWN - seen)}"
