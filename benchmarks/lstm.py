@@ -30,7 +30,7 @@ import numpy as np
 from benchmarks import report
 from benchmarks.train_step import jitted_step, recipe_config, throughput
 from bertology import models, objectives
-from bertology.models import elmo
+from bertology.families.elmo import model as elmo
 from bertology.train.step import param_init
 
 WORDS = {"tiny": 4096, "small": 16384, "original": 32768}  # configs/elmo.py's word vocabularies

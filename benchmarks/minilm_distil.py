@@ -33,7 +33,7 @@ from bertology.data import corpus as corpus_lib
 from bertology.data.embedded import embedded_corpus_path
 from bertology.data.tokenizers import for_data
 from bertology.interop.hf import write_run
-from bertology.models.distilbert import teacher_layers
+from bertology.families.distilbert.model import teacher_layers
 from bertology.models.transformer import Encoder
 from bertology.sweep import load_config
 from bertology.tasks.encode import encode_pair, stack

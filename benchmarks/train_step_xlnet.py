@@ -23,7 +23,7 @@ import numpy as np
 
 from benchmarks import report
 from bertology import models
-from bertology.objectives import xlnet as objective
+from bertology.families.xlnet import objective
 
 LENGTH, REUSE, MEMORY, PREDICT, VOCAB, WIDTH, LAYERS = 512, 256, 384, 85, 32000, 768, 12
 

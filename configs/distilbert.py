@@ -5,7 +5,7 @@
         --config.teacher_checkpoint=runs/teacher
 
 The argument is the *teacher's* BERT preset: the student has its width and half its layers (6
-for base), taken from the teacher's layers [0, 2, 4, 7, 9, 11] (`models/distilbert.py` gives the
+for base), taken from the teacher's layers [0, 2, 4, 7, 9, 11] (`families/distilbert/model.py` gives the
 rule for other depths), with no segment table, no pooler and no NSP. Loss 5·KL(T=2) + 2·MLM +
 1·cosine over every non-pad token (`objectives/distil.py`); dynamic masking of whole-sentence
 rows, as RoBERTa's. Base uses the reference's optimisation (HF `examples/research_projects/

@@ -12,7 +12,7 @@ pretraining distillation, one run per stage.
 The argument is `PRESET` (the pretraining-distillation stage) or `PRESET,L` (the transfer stage
 of layer L, 0-based, run for `STEPS[preset][0]` steps); stage L > 0 starts from stage L - 1's run.
 Transfer stages train without weight decay, so the layers they do not train stay bit-identical
-(`objectives/mobilebert.py`); for `tiny` at lr 1e-2 (a stage's loss halves in 20 CPU steps,
+(`families/mobilebert/objective.py`); for `tiny` at lr 1e-2 (a stage's loss halves in 20 CPU steps,
 against a 1% fall at the small recipe's 1e-3).
 
 The teacher is a plain BERT of the student's width, depth and heads (IB-BERT was never

@@ -1,5 +1,5 @@
 """The sequence autoencoder (Dai & Le 2015's SA-LSTM pretraining), on ELMo's LSTM code
-(`models/lstm.py`, kind `autoencoder`).
+(`families/lstm/model.py`, kind `autoencoder`).
 
     python -m bertology.pretrain --config configs/seq_autoencoder.py:tiny --workdir runs/sa_tiny
 
@@ -9,16 +9,16 @@ reads the piece shifted right behind `[SEP]`); encoder and decoder share their w
 paper. The rows are BART's (`data.objective=bart`) with every noise off, so the target is the
 unchanged input; the loss is the reconstruction's cross-entropy (objective `seq2seq`).
 
-Presets as configs/lstm_lm.py (`models.lstm.PRESETS`: tiny, small), but rows of 32 words for both
+Presets as configs/lstm_lm.py (`families.lstm.model.PRESETS`: tiny, small), but rows of 32 words for both
 (the LM's segments are a stream; these are whole sentences). A classifier starts from the
-checkpoint's token table and LSTM (`models.lstm.task_trunk`), reading the last real token's state.
+checkpoint's token table and LSTM (`families.lstm.model.task_trunk`), reading the last real token's state.
 """
 
 import ml_collections
 
 from bertology import recipes
 from bertology.data.words import embedded_word_vocab
-from bertology.models import lstm
+from bertology.families.lstm import model as lstm
 
 NO_NOISE = dict(mask=0.0, permute_sentences=0.0, rotate=0.0, insert=0.0)
 

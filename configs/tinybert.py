@@ -6,9 +6,9 @@
 
 The argument is the *teacher's* BERT preset. For base the student is the paper's TinyBERT-4:
 4 layers, width 312, FFN 1200, 12 heads (the teacher's head count, which attention distillation
-needs), learning from teacher layers 3, 6, 9, 12 (`models/tinybert.py`); smaller teachers get a
+needs), learning from teacher layers 3, 6, 9, 12 (`families/tinybert/model.py`); smaller teachers get a
 student with half their layers and width and their heads. Losses: attention-score MSE, hidden
-MSE through W_h, embedding MSE (`objectives/tinybert.py`), no MLM. The text is fed unmasked (the
+MSE through W_h, embedding MSE (`families/tinybert/objective.py`), no MLM. The text is fed unmasked (the
 MLM transform with every chosen token kept, since nothing is predicted). Base follows the
 reference's general distillation: lr 5e-5, batch 256, length 128 (its 3 epochs over Wikipedia
 are this corpus's business).

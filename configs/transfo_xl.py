@@ -10,7 +10,7 @@ Presets:
   clamp_len 400 and same_length, which this preset's `eval` block sets (and with tgt_len 64,
   which is not: held-out segments are `data.max_seq_length` long, as in training).
   Its adaptive softmax (cutoffs 20k/40k/200k over WT103's 267k words) is replaced by a full
-  softmax tied to the token table (see models/transfo_xl.py); `--config.data.vocab` names the
+  softmax tied to the token table (see families/transfo_xl/model.py); `--config.data.vocab` names the
   tokenizer, whose size sets vocab_size.
 - tiny: 2 layers of d 128, 2 heads, segments of 64 with mem_len 64, the shipped 8k byte-level BPE,
   batch 16, so it learns on a CPU in minutes.

@@ -12,7 +12,7 @@ kinds 1/3 bidirectional, 1/3 seq2seq, 1/6 left-to-right, 1/6 right-to-left in ev
 trigrams (`data.noise.ngram_prob`, `max_ngram`), afresh each batch.
 
 Starting from BERT (the paper starts from BERT-large): `--config.init_checkpoint=DIR` with a BERT
-run or a converted Hugging Face BERT of the same shape (`models.unilm.init_from`: every encoder
+run or a converted Hugging Face BERT of the same shape (`families.unilm.model.init_from`: every encoder
 tensor and the MLM head; the segment table widened to six rows as unilm-v1 does).
 
 Recipe of the paper (section 3, not checked against the PDF here): 512 tokens, batch 330,

@@ -17,7 +17,7 @@ from scipy.special import log_softmax
 from bertology import models, objectives
 from bertology.models.transformer import TransformerConfig
 from bertology.models.tasks import TaskModel
-from bertology.objectives.electra import replace_with_samples
+from bertology.families.electra.objective import replace_with_samples
 from bertology.train import optimizer as optimizer_lib
 from bertology.train.step import make_train_step, state_init
 from bertology.train.step import accumulated_gradients

@@ -208,7 +208,7 @@ def test_every_shipped_config_passes_validation(path, arg):
 
 def _config_args() -> list[tuple[str, str | None]]:
     """Every config file under configs/ with every argument it takes (None: it takes none)."""
-    from bertology.models.lstm import PRESETS as LSTM
+    from bertology.families.lstm.model import PRESETS as LSTM
     from bertology.models.presets import ALBERT_SIZES, BERT_SIZES, ELECTRA_SIZES
     from bertology.tasks.glue import SPECS as GLUE
 

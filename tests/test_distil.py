@@ -16,7 +16,7 @@ from helpers import assert_teacher_frozen_while_the_student_trains
 
 from bertology import models, objectives
 from bertology.errors import UserError
-from bertology.models import distilbert
+from bertology.families.distilbert import model as distilbert
 from bertology.objectives.distil import token_outputs
 from bertology.train import run as run_lib
 from bertology.train import teacher as teacher_lib

@@ -1,4 +1,4 @@
-"""ELMo (models/elmo.py, objectives/bilm.py, the bilm transform, interop/elmo_hdf5.py).
+"""ELMo (families/elmo/model.py, objectives/bilm.py, the bilm transform, interop/elmo_hdf5.py).
 
 References: a float64 numpy LSTMP step written from TF's LSTMCell definition, bilm-tf's character
 id conventions spelled out by hand, perturbation of later/earlier words, the CLI's training run on
@@ -19,7 +19,7 @@ from bertology import pretrain
 from bertology.data import transforms, words
 from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
-from bertology.models import elmo
+from bertology.families.elmo import model as elmo
 
 TINY = elmo.ElmoConfig(vocab_size=37, filters=((1, 4), (2, 6), (3, 8)), n_highway=1, projection_dim=8, lstm_dim=12,
                        max_characters_per_token=10, dropout_rate=0.0)

@@ -12,10 +12,10 @@ from scipy.special import erf, log_softmax
 
 from bertology import models, objectives
 from bertology.data.examples import create_full_sentence_instances, create_pair_instances
-from bertology.models import electra
+from bertology.families.electra import model as electra
 from bertology.models.transformer import TransformerConfig
 from bertology.models.heads import SpanBoundaryHead
-from bertology.objectives.electra import replace_with_samples, rtd_loss
+from bertology.families.electra.objective import replace_with_samples, rtd_loss
 
 FAMILIES = ["bert", "roberta", "albert", "electra", "spanbert"]
 

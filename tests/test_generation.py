@@ -22,7 +22,7 @@ from bertology import models
 from bertology.data.tokenizers import for_data, load_tokenizer
 from bertology.errors import UserError
 from bertology.generation import filter_logits, generate, generate_text, left_pad
-from bertology.models import gpt
+from bertology.families.gpt import model as gpt
 from bertology.models.transformer import TransformerConfig
 
 V = 64

@@ -1,4 +1,4 @@
-"""The LSTM baselines of Dai & Le 2015 (models/lstm.py, configs/lstm_lm.py, configs/seq_autoencoder.py).
+"""The LSTM baselines of Dai & Le 2015 (families/lstm/model.py, configs/lstm_lm.py, configs/seq_autoencoder.py).
 
 References: PyTorch's `nn.LSTM(proj_size=...)` on the same weights (gates reordered, TF's forget
 bias folded into the bias), the autoencoder's decoder against the same stack scanned over the
@@ -17,7 +17,7 @@ import pytest
 
 from bertology import models, objectives, pretrain
 from bertology.errors import UserError
-from bertology.models import lstm
+from bertology.families.lstm import model as lstm
 from bertology.train.checkpoint import load_params
 
 TINY = dict(family="lstm", vocab_size=29, projection_dim=8, lstm_dim=12, n_layers=2, use_skip_connections=True,

@@ -12,7 +12,7 @@ import pytest
 from helpers import _two_topic_sst2  # a topic task in the embedded word vocabulary
 
 from bertology.errors import UserError
-from bertology.models import lstm
+from bertology.families.lstm import model as lstm
 from bertology.train.checkpoint import load_params
 from bertology.train.finetune import default_config, finetune
 from bertology.train.loop import train

@@ -109,7 +109,7 @@ def test_bad_settings_are_one_line_errors():
 # ---- progressive knowledge transfer ----
 
 from bertology import objectives  # noqa: E402
-from bertology.objectives.tinybert import layers_and_scores  # noqa: E402
+from bertology.families.tinybert.objective import layers_and_scores  # noqa: E402
 from bertology.train import optimizer as optimizer_lib  # noqa: E402
 from bertology.train.loop import train  # noqa: E402
 from bertology.train.step import make_train_step  # noqa: E402
@@ -329,7 +329,7 @@ def test_mobilebert_finetunes_from_its_pretraining_run(tmp_path):
     the family's trunk, takes every trunk tensor and adds none, and the loss falls."""
     from flax.traverse_util import flatten_dict
 
-    from bertology.models import mobilebert
+    from bertology.families.mobilebert import model as mobilebert
 
     train(short_run_config("mobilebert", "tiny", RUN, total_steps=2, objective={"name": "bert"}), tmp_path / "pre")
     result = sst2_from(tmp_path / "pre", tmp_path / "ft", steps=30, max_seq_length=32, drop=0.2)

@@ -9,7 +9,7 @@ import pytest
 from scipy.special import erf
 
 from bertology.errors import UserError
-from bertology.models import bert
+from bertology.families.bert import model as bert
 from bertology.models.transformer import TransformerConfig
 from bertology.models.presets import BERT_SIZES, bert_preset
 

@@ -11,9 +11,9 @@ from helpers import short_run_config
 
 from bertology import models, objectives
 from bertology.errors import UserError
-from bertology.models import tinybert
+from bertology.families.tinybert import model as tinybert
 from bertology.models.tasks import TaskModel
-from bertology.objectives.tinybert import layers_and_scores
+from bertology.families.tinybert.objective import layers_and_scores
 from bertology.train.checkpoint import load_params
 from bertology.train.loop import train
 from bertology.train.teacher import WithTeacher

@@ -22,7 +22,8 @@ from bertology import models, objectives
 from bertology.data import transforms
 from bertology.errors import UserError
 from bertology.generation import beam_search, generate
-from bertology.models import bart, unilm
+from bertology.families.bart import model as bart
+from bertology.families.unilm import model as unilm
 from bertology.models.transformer import Mask, TransformerConfig
 
 V = 97

@@ -20,8 +20,8 @@ from bertology.errors import UserError
 from bertology.models import relative
 from bertology.models.relative import RelativeAttention, rel_shift
 from bertology.models.transformer import TransformerConfig
-from bertology.objectives import transfo_xl as txl_objective
-from bertology.objectives import xlnet as xlnet_objective
+from bertology.families.transfo_xl import objective as txl_objective
+from bertology.families.xlnet import objective as xlnet_objective
 
 V = 37
 COMMON = dict(vocab_size=V, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=24, positions="none",

@@ -110,7 +110,7 @@ def test_xlnet_summary_is_the_last_token_and_left_padding_leaves_it_unchanged():
     left, as the reference fine-tunes, moves no real token's relative distances, so the summary of
     `<cls>` (the last position) and every real position read the same as the unpadded row."""
     from bertology import models
-    from bertology.models import xlnet
+    from bertology.families.xlnet import model as xlnet
 
     c = helpers.config("xlnet", "tiny")
     c.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=50)
@@ -149,7 +149,7 @@ def test_xlnet_trunk_of_shared_biases_computes_the_pretrained_network():
     fine-tuning trunk on them gives the pretraining model's content stream (read through the tied
     output layer, compared with the model's logits without targets)."""
     from bertology import models
-    from bertology.models import xlnet
+    from bertology.families.xlnet import model as xlnet
 
     c = helpers.config("xlnet", "tiny")
     c.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=50, untie_r=False,
@@ -176,7 +176,7 @@ def test_xlnet_finetunes_from_its_pretraining_run(tmp_path):
     of 32 for any model, too long here)."""
     from flax.traverse_util import flatten_dict
 
-    from bertology.models import xlnet
+    from bertology.families.xlnet import model as xlnet
     from bertology.train.checkpoint import load_params
     from bertology.train.finetune import finetune
 

@@ -8,7 +8,7 @@ teacher's predictions on a classification task.
 
 The argument is the task. The student (here a TinyBERT general-distillation run, whose
 `fit_dense` fine-tuning leaves out) minimises the soft cross-entropy against the teacher's
-logits at temperature 1 (`objectives/tinybert.py`, stage "prediction"); the labels are not read.
+logits at temperature 1 (`families/tinybert/objective.py`, stage "prediction"); the labels are not read.
 The reference's 3 prediction epochs at lr 3e-5, batch 32, follow its 10 epochs of intermediate-
 layer distillation on augmented data, which this repository does not have (no augmentation).
 """

@@ -7,7 +7,7 @@ scopes: `char_embed` (261 rows: char ids 1-261, id 0 being "no word"), `CNN/W_cn
 direction d (0 forward, 1 backward) and layer k
 `RNN_d/RNN/MultiRNNCell/Cellk/LSTMCell/{W_0,B,W_P_0}` (kernel [in + proj, 4·cells] with TF's
 i, j, f, o gate order, bias, projection [cells, proj]). Our parameter trees hold the same arrays
-(`models/elmo.py`), so conversion is a table of names and one reshape; files released by AllenNLP
+(`families/elmo/model.py`), so conversion is a table of names and one reshape; files released by AllenNLP
 load with `read`, and `write` produces files the reference's loader reads.
 """
 
@@ -20,7 +20,7 @@ import pathlib
 import numpy as np
 
 from bertology.errors import UserError
-from bertology.models.elmo import ElmoConfig
+from bertology.families.elmo.model import ElmoConfig
 
 LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{k}/LSTMCell/{name}"
 LSTM_NAMES = {"kernel": "W_0", "bias": "B", "projection": "W_P_0"}

@@ -18,9 +18,9 @@ from typing import Any
 
 from bertology import models
 from bertology.errors import UserError
+from bertology.families.mobilebert import model as mobilebert
 from bertology.interop import hf_config, names
 from bertology.interop.hf_config import Translation
-from bertology.models import mobilebert
 from bertology.models.transformer import TransformerConfig
 
 
@@ -401,7 +401,7 @@ XLNET = HFModel(
 
 @dataclasses.dataclass(frozen=True)
 class MobileBertSettings:
-    """MobileBERT's bottleneck keys (`models.mobilebert.Bottleneck`, HF's names) and its embedding
+    """MobileBERT's bottleneck keys (`families.mobilebert.model.Bottleneck`, HF's names) and its embedding
     width, which HF always states (the token table is E wide even when E = H)."""
 
     def from_hf(self, hf: hf_config.BySource, block: hf_config.Block, where: dict[str, str]) -> None:
@@ -467,7 +467,7 @@ def with_extra_source(source: str) -> list[str]:
 
 
 # Megatron-BERT: BERT's config keys, names and heads, with pre-LN layers, a final norm and no
-# embedding norm (`models.megatron_bert`); HF's defaults are megatron-bert-cased-345m's shape.
+# embedding norm (`families.megatron_bert.model`); HF's defaults are megatron-bert-cased-345m's shape.
 MEGATRON_BERT = HFModel(
     "megatron-bert", "megatron_bert", {"model": "MegatronBertForPreTraining"}, prefix="bert",
     layout=(names.Part("model", "encoder", "bert", (names.EMBEDDINGS, names.MEGATRON_BERT_LAYER,

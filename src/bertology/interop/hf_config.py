@@ -16,7 +16,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bertology.errors import UserError
-from bertology.models.electra import generator_config
+from bertology.families.electra.model import generator_config
 from bertology.models.transformer import TransformerConfig
 
 if TYPE_CHECKING:

@@ -1,15 +1,19 @@
-"""Models picked by name: `config.model.family` names a module here, whose `FAMILY` record says
-everything shared code may ask of the family, so that nothing outside it asks which family it is.
+"""The core every family is built from, and the `Family` record by which shared code reaches a
+family: `config.model.family` names a package `bertology/families/<name>/`, whose `FAMILY`
+record says everything shared code may ask of the family, so that nothing outside it asks which
+family it is.
 
-A family module states `FAMILY = Family(...)` (see `Family` for each field); `family(name)` finds
-it. Shared code calls the record's fields and methods and never imports a family module, tests
-a family's type or compares its name.
+A family's `model.py` states `FAMILY = Family(...)` (see `Family` for each field); `family(name)`
+finds it. Shared code calls the record's fields and methods and never imports a family package,
+tests a family's type or compares its name. This package (transformer.py, heads, decoding,
+layout, FLOP counter, fine-tuning heads) knows no family.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+from importlib import resources
 from typing import Any, Callable, TypeAlias
 
 import flax.linen as nn
@@ -88,18 +92,16 @@ class Family:
 
 
 def family(name: str) -> Family:
-    """The record of family `name` (its module's `FAMILY`)."""
+    """The record of family `name` (`bertology.families.<name>.FAMILY`)."""
     try:
-        module = importlib.import_module(f"bertology.models.{name}")
+        package = importlib.import_module(f"bertology.families.{name}")
     except ModuleNotFoundError as e:
-        if e.name != f"bertology.models.{name}":
+        if e.name != f"bertology.families.{name}":
             raise
-        raise UserError(f"unknown model family {name!r}; it must name a module in bertology/models/") from None
-    record = getattr(module, "FAMILY", None)
-    if not isinstance(record, Family):
-        raise UserError(f"bertology.models.{name} is not a model family (it states no FAMILY record); "
-                        "set model.family to a family's module")
-    return record
+        known = sorted(p.name for p in resources.files("bertology.families").iterdir() if p.is_dir()
+                       and p.name != "__pycache__")
+        raise UserError(f"unknown model family {name!r}; use one of {', '.join(known)} (bertology/families/)") from None
+    return package.FAMILY
 
 
 def transformer_config(model_config: ModelConfig, extra_keys: tuple[str, ...] = ()) -> TransformerConfig:

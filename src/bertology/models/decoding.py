@@ -2,7 +2,7 @@
 generation loops (`bertology.generation`) call without asking what the model is.
 
 A model's way is `decoding_of(model)`: its class's own `decoding` where it states one (UniLM's
-masked decoding, `models/unilm.py`), else the core's for an `EncoderDecoder` (the source is
+masked decoding, `families/unilm/model.py`), else the core's for an `EncoderDecoder` (the source is
 encoded once and its cross-attention keys cached; decoding starts from a start token at position
 0) or for a model whose `__call__` takes `decode` (decoder-only: the prompts share a batch by left
 padding, so every row's last prompt token sits in one column, and positions come from the mask,

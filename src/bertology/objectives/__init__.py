@@ -136,12 +136,23 @@ class Objective:
         return terms.loss_value(), self.metrics(terms)
 
 
+def _module(name: str) -> Any:
+    """The objective module called `name`: a family's own (`bertology/families/<name>/objective.py`)
+    or a shared one (`bertology/objectives/<name>.py`: BERT's MLM + NSP and the losses several
+    families train with)."""
+    for path in (f"bertology.families.{name}.objective", f"bertology.objectives.{name}"):
+        try:
+            return importlib.import_module(path)
+        except ModuleNotFoundError as e:
+            if e.name is None or not path.startswith(e.name):
+                raise
+    raise UserError(f"unknown objective {name!r}; it must name a module in bertology/objectives/ or a family's "
+                    "objective.py in bertology/families/")
+
+
 def get(spec: str | Mapping[str, Any]) -> Objective:
     name, options = (spec, {}) if isinstance(spec, str) else (spec["name"], {k: v for k, v in dict(spec).items() if k != "name"})
-    try:
-        module = importlib.import_module(f"bertology.objectives.{name}")
-    except ModuleNotFoundError:
-        raise UserError(f"unknown objective {name!r}; it must name a module in bertology/objectives/") from None
+    module = _module(name)
     known = [p.name for p in inspect.signature(module.loss).parameters.values() if p.kind == p.KEYWORD_ONLY]
     unknown = sorted(set(options) - set(known))
     if unknown:

@@ -5,9 +5,9 @@ backward)).
 The data (`data.objective=bilm`) gives `targets`/`target_weights` (the next word of the stream)
 and `backward_targets`/`backward_target_weights` (the next word of the backward stream: the
 previous word of the sentence). The data is contiguous lanes, so the batch holds the LSTM states
-of the segment before (`carry`) and the loss hands the final ones on (`Terms.carry`, `models/elmo.py`). Perplexity is derived
-after aggregation from that averaged loss, as the reference reports it; each direction's own
-perplexity is logged too.
+of the segment before (`carry`) and the loss hands the final ones on (`Terms.carry`,
+`families/elmo/model.py`). Perplexity is derived after aggregation from that averaged loss, as
+the reference reports it; each direction's own perplexity is logged too.
 """
 
 from __future__ import annotations

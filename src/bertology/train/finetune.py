@@ -10,7 +10,7 @@ submission files.
 Options that make a smaller model while fine-tuning (each a config key, all combinable):
 - `teacher_checkpoint`: a fine-tuning run on the same task whose predictions the student learns
   (TinyBERT's prediction-layer distillation, soft cross-entropy at `distill_temperature`;
-  `bertology.objectives.tinybert`) instead of the labels;
+  `bertology.families.tinybert.objective`) instead of the labels;
 - `quantize="int8"`: Q8BERT's quantization-aware training (`bertology.train.quantize`); the run
   also writes `int8_params.msgpack`, the int8 weights for int8 inference;
 - `prune.kind`: magnitude (Zhu & Gupta) or head (Michel et al.) pruning on a schedule over

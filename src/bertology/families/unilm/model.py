@@ -34,7 +34,8 @@ from bertology import objectives
 from bertology.data.rows import ShuffledRows
 from bertology.data.transforms import UNILM_SEGMENTS
 from bertology.errors import UserError
-from bertology.models import Family, decoding, encoder_config, flops, roberta
+from bertology.families.roberta import model as roberta
+from bertology.models import Family, decoding, encoder_config, flops
 from bertology.models.transformer import Mask
 
 # unilm-v1 `from_pretrained`: the row of BERT's two-row segment table each UniLM row starts from.

@@ -39,9 +39,9 @@ import jax
 import jax.numpy as jnp
 
 from bertology.errors import UserError
+from bertology.families.tinybert.objective import layers_and_scores
 from bertology.objectives import Mean, Terms
 from bertology.objectives.bert import apply, mlm_means, nsp_means
-from bertology.objectives.tinybert import layers_and_scores
 from bertology.train.teacher import WithTeacher
 
 Array = jax.Array

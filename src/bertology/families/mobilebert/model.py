@@ -24,7 +24,7 @@ Built as Hugging Face's `MobileBertForPreTraining` builds it (transformers 4.57
 The stack is MobileBERT's own (its blocks have three widths); it reuses the core's dense and norm
 helpers, dropout, heads projections and `Mask`. Attention is written out (softmax, then dropout)
 and, with the `intermediates` collection mutable, sows its pre-softmax scores as the core's
-`Attention` does, so distillation reads both networks alike (`objectives/mobilebert.py`).
+`Attention` does, so distillation reads both networks alike (`families/mobilebert/objective.py`).
 Fine-tuning and features (`task_trunk`) run this stack's `Encoder`: its `pooled` is HF's
 `MobileBertPooler` (dense + tanh on the first token, or the token itself without
 `classifier_activation`), what `MobileBertForSequenceClassification` classifies; `sequence` is what

@@ -6,7 +6,7 @@ teacher's that the hidden-state and embedding losses go through (the reference a
 `fit_dense` to every layer, TB `transformer/modeling.py` TinyBertForPreTraining). `fit_dense`
 exists only for distillation: `trunk` leaves it out.
 
-General distillation (`objectives/tinybert.py`) has no MLM loss (TB#24), so the model has no
+General distillation (`families/tinybert/objective.py`) has no MLM loss (TB#24), so the model has no
 MLM head: its output is every layer's states projected to the teacher's width; the attention
 scores it compares come from the encoder's sown `intermediates` (see `transformer.Attention`).
 """

@@ -3,7 +3,7 @@
 `stage="general"` (pretraining text, a `tinybert` student, any BERT-style teacher with an
 `encoder`), three terms, each a mean of squared errors, added with coefficient 1 (the reference
 sums att + rep, unweighted):
-- `att_loss`: over the mapped layers (`models.tinybert.layer_map`), the MSE between student and
+- `att_loss`: over the mapped layers (`families.tinybert.model.layer_map`), the MSE between student and
   teacher pre-softmax attention scores, with entries at padding keys zeroed in both (the
   reference adds the -10000 mask and then zeroes entries <= -100, so they contribute nothing);
   student and teacher must have the same number of heads;
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from bertology.errors import UserError
-from bertology.models.tinybert import layer_map
+from bertology.families.tinybert.model import layer_map
 from bertology.objectives import Mean, Terms
 from bertology.objectives.bert import apply
 from bertology.train.teacher import WithTeacher

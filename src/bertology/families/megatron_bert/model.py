@@ -20,8 +20,8 @@ configs choose through `data.sentence_task` (`configs/megatron_bert.py`).
 from __future__ import annotations
 
 from bertology.errors import UserError
+from bertology.families.bert.model import Model, flops_per_token, trunk
 from bertology.models import Family, ModelConfig, transformer_config
-from bertology.models.bert import Model, flops_per_token, trunk
 from bertology.models.transformer import TransformerConfig
 
 # What makes the core compute Megatron-BERT rather than BERT.

@@ -4,6 +4,6 @@ It is Transformer-XL's loss (`objectives.transfo_xl`) read at the P targets that
 places: the same code, one way to compute it.
 """
 
-from bertology.objectives.transfo_xl import DERIVED, loss
+from bertology.families.transfo_xl.objective import DERIVED, loss
 
 __all__ = ["DERIVED", "loss"]

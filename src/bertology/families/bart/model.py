@@ -45,7 +45,7 @@ class Model(EncoderDecoder):
 def init_from(params: dict, fresh: dict) -> dict:
     """Family contract: start from another family's checkpoint. A BERT run fills an encoder of
     BERT's shapes (configs/bert2bert.py, the BERT-as-encoder route); the decoder stays fresh."""
-    from bertology.models.unilm import from_bert
+    from bertology.families.unilm.model import from_bert
 
     return from_bert(params, fresh)
 

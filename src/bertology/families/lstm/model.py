@@ -1,7 +1,7 @@
 """The simplest pre-BERT baselines (Dai & Le 2015, "Semi-supervised sequence learning"): a forward
 word-level LSTM language model and a sequence autoencoder, as pretraining for a classifier.
 
-Both are one network, on ELMo's LSTM code (`models/elmo.py`: the LSTMP cell of TF's LSTMCell and
+Both are one network, on ELMo's LSTM code (`families/elmo/model.py`: the LSTMP cell of TF's LSTMCell and
 its `jax.lax.scan` over time, `elmo.LSTMStack`), not a second LSTM: a token table [vocab, P], a
 stack of LSTM layers projected to P (residual between layers when `use_skip_connections`), and a
 softmax tied to the token table plus an output bias. `kind` picks what is pretrained:
@@ -36,7 +36,8 @@ import ml_collections
 import numpy as np
 
 from bertology.errors import UserError
-from bertology.models import Family, elmo, encoder_config, flops
+from bertology.families.elmo import model as elmo
+from bertology.models import Family, encoder_config, flops
 
 Array = jax.Array
 KINDS = ("lm", "autoencoder")

@@ -21,8 +21,8 @@ import math
 import numpy as np
 
 from bertology.errors import UserError
+from bertology.families.roberta.model import Model, flops_per_token, trunk
 from bertology.models import Family, layout
-from bertology.models.roberta import Model, flops_per_token, trunk
 
 
 def teacher_layers(teacher_depth: int, student_depth: int) -> list[int]:
