@@ -16,7 +16,10 @@ def run_cli(*args, tmp_path):
     "args, expected",
     [
         (["--config=configs/bert.py:tiny", "--config.data.corpus=/nonexistent/corpus.txt"], "corpus not found: /nonexistent/corpus.txt"),
-        (["--config=configs/bert.py:tiny", "--config.model.nonsense=3"], "nonsense"),
+        (["--config=configs/bert.py:tiny", "--config.model.nonsense=3"],
+         "unknown config key 'model.nonsense' (--config.model.nonsense); check the spelling"),
+        (["--config=configs/bert.py:tiny", "--config.model.share_layer=all"],  # ml_collections adds a suggestion
+         "unknown config key 'model.share_layer' (--config.model.share_layer); did you mean \"share_layers\"?"),
         (["--config=configs/bert.py:huge"], "unknown preset 'huge'"),
         (["--config=configs/nope.py:tiny"], "nope.py"),
         (["--config=configs/bert.py:tiny", "--config.model.vocab_size=30522"], "vocab mismatch"),

@@ -14,6 +14,7 @@ without doing anything itself.
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from typing import Callable
@@ -44,10 +45,16 @@ def _config_path(argv: list[str]) -> str:
     return "?"
 
 
-def _unknown_key(key: str, argv: list[str]) -> str:
+def _unknown_key(message: str, argv: list[str]) -> str:
+    """One line for ml_collections' error on an override of a missing key. Its message quotes the
+    key and may add a line `Did you mean "share_layers" instead of "scan_layers"?`, kept as the fix."""
+    found = re.search(r"'(\w+)\\?'", message)  # the quotes may come escaped, as in a repr
+    key = found.group(1) if found else message.strip("\"'")
     flag = next((a.split("=")[0] for a in argv if a.startswith("--config.") and key in a.split("=")[0].split(".")),
                 f"--config...{key}")
-    return f"unknown config key {flag[len('--config.'):]!r} ({flag}); check the spelling against the config file"
+    close = re.search(r'Did you mean "(\w+)"', message)
+    fix = f'did you mean "{close.group(1)}"?' if close else "check the spelling against the config file"
+    return f"unknown config key {flag[len('--config.'):]!r} ({flag}); {fix}"
 
 
 def _preempted(signum: int, frame: object) -> None:
@@ -71,7 +78,7 @@ def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[]
             if config is not None:
                 config.to_dict()  # a config that failed to load only raises when first used
         except (AttributeError, KeyError) as e:  # ml_collections: an override names a missing key
-            raise UserError(_unknown_key(str(e).strip("\"'"), argv)) from None
+            raise UserError(_unknown_key(str(e), argv)) from None
         except OSError:  # ml_collections could not load the config file
             raise UserError(f"config file not found: {_config_path(argv)}; e.g. --config configs/bert.py:tiny") from None
         if config is None:
