@@ -52,6 +52,23 @@ def test_mrpc_header_with_byte_order_mark_reads_labels():
     assert mrpc.reads["train"].kept == 5 and not mrpc.reads["train"].skipped
 
 
+def test_a_task_another_process_prepared_first_is_read_not_refused(tmp_path, monkeypatch):
+    """Two test workers (or two runs) preparing the same task at once: TFDS's final rename finds
+    the other's copy and raises FileExistsError; the loser reads that copy instead of failing."""
+    from bertology.tasks import builder
+
+    prepare = builder.LocalTask.download_and_prepare
+
+    def lose_the_race(self, *args, **kwargs):
+        prepare(self, *args, **kwargs)  # the other process's copy lands first ...
+        raise FileExistsError("Cannot rename ...incomplete.X_1.1.0. Destination .../1.1.0 already exists.")
+
+    monkeypatch.setattr(builder.LocalTask, "download_and_prepare", lose_the_race)
+    sst = tasks.get("sst2").load(str(FIXTURES / "glue/SST-2"), str(tmp_path), log=lambda _: None)
+    assert [len(sst[s]) for s in ("train", "validation", "test")] == [10, 3, 2]
+    assert [p.name for p in tmp_path.rglob("reads.json*")] == ["reads.json"]
+
+
 def test_glue_layouts():
     cola = load("cola", "glue/CoLA")  # train/dev without a header; test with one
     assert [e["label"] for e in cola["train"]] == [1, 1, 1, 1, 1, 0, 0, 1]

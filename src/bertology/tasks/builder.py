@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import pathlib
 from typing import Any, Callable, Iterator
 
@@ -161,8 +162,15 @@ def load(
             log(f"parsing {name} into {data_dir} (once; later runs reuse it)")
             builder = LocalTask(features=features, examples=examples, data_dir=str(data_dir), file_format="array_record")
             tfds.disable_progress_bar()
-            builder.download_and_prepare()
-        report.write_text(json.dumps({s: dataclasses.asdict(r) for s, r in reads.items()}, indent=1))
+            try:
+                builder.download_and_prepare()
+            except FileExistsError:
+                # Another process prepared the same files first (the directory is keyed by their
+                # content) and TFDS's final rename found its copy: read that one.
+                builder = LocalTask(features=features, data_dir=str(data_dir), file_format="array_record")
+        partial = report.with_name(f"{report.name}.{os.getpid()}.tmp")  # atomic: a racing reader sees all or none
+        partial.write_text(json.dumps({s: dataclasses.asdict(r) for s, r in reads.items()}, indent=1))
+        os.replace(partial, report)
     log(f"{name}: " + "; ".join(f"{split} {read.summary()}" for split, read in reads.items()))
     out = {}
     for split in parsers:

@@ -213,10 +213,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
             f.arrays["segment_ids"] = np.zeros_like(f.arrays["segment_ids"])
     train_arrays = feats["train"].arrays
     n_train = len(train_arrays["input_ids"])
-    total = config.total_steps or config.epochs * math.ceil(n_train / config.batch_size)
-    opt_cfg = ml_collections.ConfigDict(config.optimizer.to_dict())
-    if opt_cfg.warmup_steps is None:
-        opt_cfg.warmup_steps = int(round(opt_cfg.warmup_fraction * total))
+    total, opt_cfg = steps_and_optimizer(config, n_train)
 
     plan = prune_plan(config, total)
 
@@ -282,6 +279,16 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     results = {**results, **_compression(run.state["params"], config, plan, record.layer_index, workdir)}
     outputs.write_results(workdir, results)
     return {**results, "params": run.state["params"], "predictions": latest["predictions"]}
+
+
+def steps_and_optimizer(config: ml_collections.ConfigDict, n_train: int) -> tuple[int, ml_collections.ConfigDict]:
+    """The run's optimizer steps (`total_steps`, else `epochs` passes over `n_train` rows) and its
+    optimizer block with the warm-up resolved (`warmup_steps`, else `warmup_fraction` of the steps)."""
+    total = config.total_steps or config.epochs * math.ceil(n_train / config.batch_size)
+    opt_cfg = ml_collections.ConfigDict(config.optimizer.to_dict())
+    if opt_cfg.warmup_steps is None:
+        opt_cfg.warmup_steps = int(round(opt_cfg.warmup_fraction * total))
+    return total, opt_cfg
 
 
 def task_model(cfg: Any, family: str, task: tasks.Task, mode: str, quantize: str,
@@ -448,10 +455,7 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
         objective = objectives.get({"name": "seq2seq", "label_smoothing": config.get("label_smoothing", 0.0)})
         example = {k: v[:1] for k, v in train_arrays.items()}
     n_train = len(splits["train"])  # one row per example, whichever training
-    total = config.total_steps or config.epochs * math.ceil(n_train / config.batch_size)
-    opt_cfg = ml_collections.ConfigDict(config.optimizer.to_dict())
-    if opt_cfg.warmup_steps is None:
-        opt_cfg.warmup_steps = int(round(opt_cfg.warmup_fraction * total))
+    total, opt_cfg = steps_and_optimizer(config, n_train)
     eval_examples = config.get("eval_examples") or None
     held_out = {} if family.seq2seq_training is not None else {
         split: _weighted_batches(seq2seq_arrays(splits[split][:eval_examples], tokenizer, source_length, target_length,
