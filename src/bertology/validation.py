@@ -14,8 +14,8 @@ there, when the model is built, which is also before anything is written.
 `optimizer.warmup_steps` larger than `total_steps` is allowed on purpose: the schedule clamps it
 (`train.optimizer.schedule`), which short smoke runs of the big recipes rely on.
 
-The masked-prediction cap must not cut the masking rate (`MaskedLM.validate`, data/transforms.py). Masked-LM data
-(the `mlm` transform and those built on it, `unilm`: `data.masked_lm_prob` and
+The masked-prediction cap must not cut the masking rate (`MaskedLM.validate`, data/transforms.py).
+Masked-LM data (the `mlm` transform and those built on it, `unilm`: `data.masked_lm_prob` and
 `data.max_predictions_per_seq` are read only there) predicts, per row of n non-pad tokens,
 min(max_predictions_per_seq, max(1, round(masked_lm_prob · n))) positions (`data/masking.py`,
 BERT's create_pretraining_data; Python's rounding, half to even) whatever the unit: tokens, whole

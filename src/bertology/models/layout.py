@@ -27,32 +27,33 @@ STACKED = "stacked"
 LayerIndex = Callable[[Sequence[str]], "int | str | None"]
 
 _EMBEDDINGS = ("embeddings", "embeddings_projection")
-_SUBLAYER = re.compile(r"(?:attention|cross_attention|ffn)_(\d+)")
 
 
-def stack_layer_index(names: Sequence[str]) -> int | str | None:
-    """The shared Transformer stack's rule (module docstring)."""
-    if not names:
-        return None
-    if names[0] in _EMBEDDINGS:
-        return EMBEDDINGS
-    if names[0] == "layers":
-        return STACKED
-    match = _SUBLAYER.fullmatch(names[0])
-    return int(match.group(1)) if match else None
+def _rule(layer: str, stacked: str | None = None) -> LayerIndex:
+    """The layer_index of a trunk whose top-level modules of layer i match the regex `layer` (one
+    group: i), whose scanned stack (if any) is the module `stacked`, and whose embeddings are `_EMBEDDINGS`."""
+    pattern = re.compile(layer)
+
+    def index(names: Sequence[str]) -> int | str | None:
+        if not names:
+            return None
+        if names[0] in _EMBEDDINGS:
+            return EMBEDDINGS
+        if names[0] == stacked:
+            return STACKED
+        match = pattern.fullmatch(names[0])
+        return int(match.group(1)) if match else None
+
+    return index
+
+
+# The shared Transformer stack's rule (module docstring).
+stack_layer_index = _rule(r"(?:attention|cross_attention|ffn)_(\d+)", stacked="layers")
 
 
 def numbered(prefix: str) -> LayerIndex:
     """The rule of a stack whose layer `i` is one module named `{prefix}{i}` (MobileBERT's `layer_`)."""
-    pattern = re.compile(re.escape(prefix) + r"(\d+)")
-
-    def index(names: Sequence[str]) -> int | str | None:
-        if names and names[0] in _EMBEDDINGS:
-            return EMBEDDINGS
-        match = pattern.fullmatch(names[0]) if names else None
-        return int(match.group(1)) if match else None
-
-    return index
+    return _rule(re.escape(prefix) + r"(\d+)")
 
 
 def keys(path: tuple) -> tuple[str, ...]:
@@ -68,15 +69,15 @@ def in_layers(names: Sequence[str], layer_index: LayerIndex) -> int | str | None
     return layer_index(names[1:])
 
 
-def layer_of(key: str, layer_index: LayerIndex) -> int | None:
-    """The layer a top-level trunk module belongs to alone (None: embeddings, a scanned stack, the rest)."""
-    where = layer_index((key,))
+def layer_of(names: Sequence[str], layer_index: LayerIndex) -> int | None:
+    """The one layer a trunk path belongs to (None: embeddings, a scanned stack, above the stack)."""
+    where = layer_index(names)
     return where if isinstance(where, int) and where >= 0 else None
 
 
 def depth(trunk: dict, layer_index: LayerIndex) -> int:
     """How many distinct layers a trunk's unscanned parameters hold (ALBERT's shared layer: 1)."""
-    return len({i for i in (layer_of(k, layer_index) for k in trunk) if i is not None})
+    return len({i for i in (layer_of((k,), layer_index) for k in trunk) if i is not None})
 
 
 def attention_blocks(trunk: dict, layer_index: LayerIndex) -> list[tuple[str, ...]]:
@@ -88,9 +89,9 @@ def attention_blocks(trunk: dict, layer_index: LayerIndex) -> list[tuple[str, ..
         if not isinstance(node, dict):
             return
         if path and {"query", "key", "value", "output"} <= set(node) and not path[-1].startswith("cross"):
-            where = layer_index(path)
-            if isinstance(where, int) and where >= 0:
-                found.setdefault(where, path)
+            layer = layer_of(path, layer_index)
+            if layer is not None:
+                found.setdefault(layer, path)
                 return
         for k, v in node.items():
             walk(v, (*path, k))

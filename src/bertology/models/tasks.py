@@ -58,12 +58,6 @@ def trunk(cfg: Any, family: str | None, name: str = "encoder") -> nn.Module:
     return Encoder(cfg, name=name) if build is None else build(cfg, name)
 
 
-def task_modes(family: str) -> tuple[str, ...]:
-    """The modes a family's trunk fine-tunes with (its record's `task_modes`; default all three):
-    ELMo's biLM only frozen, trunks without Houlsby adapters (MobileBERT's, the LSTMs') not `adapters`."""
-    return models.family(family).task_modes
-
-
 def check_length(cfg: Any, length: int, option: str) -> None:
     """Refuse rows longer than a trunk's learned position table (`option` names the setting),
     which would otherwise read clamped positions without a word."""

@@ -43,7 +43,7 @@ from bertology.generation import decoder_start_id, frame_source, generate
 from bertology.models import layout
 from bertology.models.decoding import decoding_of, require
 from bertology.models.presets import bert_preset
-from bertology.models.tasks import MODES, TaskModel, check_length, task_modes
+from bertology.models.tasks import MODES, TaskModel, check_length
 from bertology.tasks.inputs import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
 from bertology.train import prune as prune_lib
@@ -189,7 +189,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     record = models.family(family)
     task_inputs = record.task_inputs
     config.data.vocab = vocab
-    modes = task_modes(family)
+    modes = record.task_modes
     if config.mode not in modes:
         raise UserError(f"the {family} trunk fine-tunes with mode {' or '.join(modes)}, not {config.mode}; "
                         f"set mode={modes[0]}")

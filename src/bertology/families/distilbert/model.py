@@ -39,7 +39,7 @@ def from_teacher(teacher: dict, fresh: dict) -> dict:
     """Student parameters (shaped like `fresh`) from a BERT-style teacher's: embeddings (segment
     row 0 folded into the positions), the layers `teacher_layers` names, and the MLM head."""
     encoder = teacher.get("encoder", {})
-    layers = {k for k in encoder if layout.layer_of(k, layout.stack_layer_index) is not None}
+    layers = {k for k in encoder if layout.layer_of((k,), layout.stack_layer_index) is not None}
     other = set(encoder) - layers - {"embeddings", "pooler"}
     if "mlm" not in teacher or other or "layers" in fresh["encoder"]:
         raise UserError("DistilBERT students start from an unscanned BERT, RoBERTa or DistilBERT teacher with an MLM "
