@@ -7,7 +7,7 @@ scaled by d_model**-0.5) and `v1_1_tiny`, `v1_1_small`, `v1_1_base` (gated tanh-
 `lm_head`, no dropout in pretraining). Every preset: pre-LN RMSNorm (eps 1e-6), no biases, no
 position table, relative position buckets (32, max distance 128), unscaled attention scores,
 heads of 64 (`head_size`, T5's d_kv: v1.1-small has 6 heads on d_model 512), and Mesh
-TensorFlow's fan-in initialisation (`init_scheme="t5"`: embeddings N(0, 1), each matrix
+TensorFlow's fan-in initialisation (`init_scheme="fan_in"`: embeddings N(0, 1), each matrix
 std 1/sqrt(fan-in), queries also x 1/sqrt(d_kv)), without which the unscaled scores and tied,
 d_model**-0.5-scaled output start orders of magnitude too small to learn quickly.
 
@@ -43,6 +43,9 @@ SIZES = {
     "v1_1_small": (8, 512, 6, 1024),
     "v1_1_base": (12, 768, 12, 2048),
 }
+
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(SIZES)
 TARGET_LENGTH = {128: 29, 512: 114}  # span corruption's target length for an input length (`random_spans_helper`)
 
 
@@ -54,7 +57,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     sizes = dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=ff, head_size=64)
     c = recipes.pretraining(sizes, family="t5", objective="seq2seq", paper=not small)
     c.model.update(norm="pre", norm_kind="rmsnorm", use_bias=False, positions="relative_bias", type_vocab_size=0,
-                   embedding_norm=False, scale_attention=False, layer_norm_eps=1e-6, pooler=False, init_scheme="t5",
+                   embedding_norm=False, scale_attention=False, layer_norm_eps=1e-6, pooler=False, init_scheme="fan_in",
                    relative_buckets=32, relative_max_distance=128,
                    activation="gated_gelu" if v1_1 else "relu", tie_embeddings=not v1_1)
     # T5 has one dropout rate, applied to the attention probabilities and the feed-forward hidden layer too

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertology.models.transformer import Decoder, Dropout, TransformerConfig, causal_blocks
+from bertology.models.attention import causal_blocks
+from bertology.models.transformer import Decoder, Dropout, TransformerConfig
 
 
 def _drop(x, rate, seed=0, deterministic=False):

@@ -16,6 +16,10 @@ distances klen, klen-1, ..., -q+1 (the reference XLNet's range; Transformer-XL's
 klen-1..0 is its sub-range), then `rel_shift` moves each row so column j holds distance a - j:
 the reference's pad-and-reshape trick, no gather. `bi_data` rows (XLNet) use negated distances.
 
+Only q·k is attention proper; the rest (r_w·k, the position and segment terms) reaches the shared
+softmax attention (`attention.attend`, which every family goes through) as its additive score
+term, so the fused kernel and its dropout-free evaluation path serve these models too.
+
 Memory is carried as data (`batch["carry"]`): per layer the states the layer read last segment,
 right-aligned in `mem_len` slots, and a [batch, mem_len] validity mask. Zeros (the initial carry,
 and what a pass start resets it to) mean "no memory yet": the first segment then sees only
@@ -33,10 +37,10 @@ import jax
 import jax.numpy as jnp
 
 from bertology.errors import UserError
+from bertology.models.attention import attend
 from bertology.models.transformer import HeadsDense, TransformerConfig, init, layer_norm, sublayer_output
 
 Array = jax.Array
-NEG_INF = -1e30  # the reference's mask value (applied as score - 1e30·mask)
 BIASES = ("r_w_bias", "r_r_bias")  # content and position biases; XLNet adds r_s_bias
 
 
@@ -190,14 +194,17 @@ class RelativeAttention(nn.Module):
     segment_term: bool = False
     untie_r: bool = True
 
-    def scores(self, q: Array, k: Array, r: Array, biases: dict[str, Array], segment: Array | None,
-               segments: Array | None) -> Array:
-        """[batch, heads, q, klen] scaled scores (content + position [+ segment] terms)."""
-        ac = jnp.einsum("bqnd,bknd->bnqk", q + biases["r_w_bias"], k)
+    def score_terms(self, q: Array, k: Array, r: Array, biases: dict[str, Array], segment: Array | None,
+                    segments: Array | None) -> Array:
+        """[batch, heads, q, klen] float32: every score term but q·k (the content bias r_w·k, the
+        position term shifted under its keys, XLNet's segment term), already divided by sqrt(head
+        width) because `attend` adds its bias after scaling q·k: the sum is then the reference's
+        ((q + r_w)·k + position [+ segment]) / sqrt(head width)."""
+        content = jnp.einsum("nd,bknd->bnk", biases["r_w_bias"], k)[:, :, None, :]
         qr = q + biases["r_r_bias"]
         raw = (jnp.einsum("bqnd,pnd->bnqp", qr, r[0]) if r.shape[0] == 1
                else jnp.einsum("bqnd,bpnd->bnqp", qr, r))
-        s = ac + rel_shift(raw, k.shape[1])
+        s = content + rel_shift(raw, k.shape[1])
         if segments is not None:
             ef = jnp.einsum("bqnd,snd->bnqs", q + biases["r_s_bias"], segment)
             s = s + jnp.where(segments[:, None], ef[..., 1:], ef[..., :1])
@@ -223,20 +230,21 @@ class RelativeAttention(nn.Module):
             biases = Biases(cfg, self.segment_term, name="biases")()
         segment = (self.param("segment", init(cfg, (None, "heads", "kv")), (2, cfg.num_heads, cfg.head_dim))
                    if self.segment_term else None)
-        dropout = nn.Dropout(cfg.attention_dropout_rate)
+        drop = nn.Dropout(cfg.attention_dropout_rate)  # built before the sublayers' dropouts: its name is fixed
+        dropout = (None if deterministic or cfg.attention_dropout_rate == 0.0
+                   else lambda probs: drop(probs, deterministic=False))
 
         keys_in = jnp.concatenate([memory.astype(h.dtype), h], axis=1)
         k, v, r = key(keys_in), value(keys_in), position(pos.astype(h.dtype))
 
-        def attend(q: Array, mask: Array) -> Array:
-            s = jnp.where(mask[:, None], self.scores(q, k, r, biases, segment, segments), NEG_INF)
-            probs = dropout(jax.nn.softmax(s, axis=-1), deterministic=deterministic).astype(v.dtype)
-            return jnp.einsum("bnqk,bknd->bqnd", probs, v)
+        def stream(q: Array, mask: Array) -> Array:
+            bias = self.score_terms(q, k, r, biases, segment, segments)
+            return attend(q, k, v, allowed=mask[:, None], bias=bias, dropout=dropout)
 
-        h_out = sublayer_output(cfg, h, output(attend(query(h), allowed)), norm, deterministic)
+        h_out = sublayer_output(cfg, h, output(stream(query(h), allowed)), norm, deterministic)
         if g is None:
             return h_out, None
         mapping = target_mapping.astype(g.dtype)
-        ctx = attend(jnp.einsum("bpnd,bpl->blnd", query(g), mapping), allowed_g)
+        ctx = stream(jnp.einsum("bpnd,bpl->blnd", query(g), mapping), allowed_g)
         g_out = sublayer_output(cfg, g, output(jnp.einsum("blnd,bpl->bpnd", ctx, mapping)), norm, deterministic)
         return h_out, g_out

@@ -9,7 +9,7 @@ Families differ in a handful of settings, so this module exposes exactly those i
   BART's sqrt(d) scaling of the token embeddings (`scale_embeddings`);
 - attention: a head width independent of hidden/heads (`head_size`, T5's d_kv) and whether the
   scores are divided by sqrt(head width) (`scale_attention`; T5 folds it into the initialisation,
-  `init_scheme="t5"`);
+  `init_scheme="fan_in"`);
 - factorized embeddings (`embedding_size`, ALBERT/ELECTRA) and cross-layer sharing (`share_layers`);
 - who may attend to whom, which is *data*: `Mask.from_batch` builds it from the batch
   (padding, packed documents, causal, a per-row prefix, or an explicit per-example matrix), so
@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from bertology.errors import UserError
+from bertology.models.attention import attend, scores
 
 Array = jax.Array
 
@@ -42,7 +43,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "gated_gelu")
 NORMS = ("post", "pre")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITIONS = ("absolute", "relative_bias", "none")
-INIT_SCHEMES = ("bert", "t5")
+INIT_SCHEMES = ("bert", "fan_in")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +83,7 @@ class TransformerConfig:
     scale_attention: bool = True  # scores / sqrt(head width); T5 computes plain q·k
     scale_embeddings: bool = False  # token embeddings x sqrt(embedding width) (BART's scale_embedding)
     activation_dropout_rate: float = 0.0  # dropout after the feed-forward non-linearity (BART's activation_dropout)
-    init_scheme: str = "bert"  # bert: truncated normal(initializer_range) | t5: fan-in (Mesh TF), see `init`
+    init_scheme: str = "bert"  # bert: truncated normal(initializer_range) | fan_in: Mesh TF's (T5), see `init`
 
     def __post_init__(self):
         if self.num_layers < 1:
@@ -147,10 +148,10 @@ class TransformerConfig:
 def init(cfg: TransformerConfig, names: tuple[str | None, ...], scale: float = 1.0,
          in_axis: int | tuple[int, ...] = -2, out_axis: int | tuple[int, ...] = -1) -> nn.initializers.Initializer:
     """A weight's init, tagged with logical axis names. `bert`: truncated normal with std
-    initializer_range · scale everywhere. `t5` (Mesh TensorFlow's, kept by t5x): std
+    initializer_range · scale everywhere. `fan_in` (Mesh TensorFlow's, which T5 and t5x use): std
     scale / sqrt(fan-in) over the `in_axis` axes, because T5's unscaled attention scores and
     unscaled residual stream rely on it (a 0.02 init leaves them orders of magnitude too small)."""
-    if cfg.init_scheme == "t5":
+    if cfg.init_scheme == "fan_in":
         base = nn.initializers.variance_scaling(scale ** 2, "fan_in", "truncated_normal", in_axis=in_axis,
                                                 out_axis=out_axis)
     else:
@@ -159,8 +160,8 @@ def init(cfg: TransformerConfig, names: tuple[str | None, ...], scale: float = 1
 
 
 def embedding_init(cfg: TransformerConfig, names: tuple[str | None, ...]) -> nn.initializers.Initializer:
-    """An embedding table's init: `bert` as every weight; `t5` a standard normal (Mesh TF's)."""
-    if cfg.init_scheme == "t5":
+    """An embedding table's init: `bert` as every weight; `fan_in` a standard normal (Mesh TF's)."""
+    if cfg.init_scheme == "fan_in":
         return nn.with_logical_partitioning(nn.initializers.normal(1.0), names)
     return init(cfg, names)
 
@@ -403,13 +404,6 @@ class HeadsDense(nn.Module):
         return y if bias is None else y + bias
 
 
-def causal_blocks(length: int) -> int:
-    """How many query blocks a causal square of `length` runs in (see `Attention`): the most of
-    8, 4, 2 that divide it into blocks of at least 128 queries (smaller blocks cost more in
-    per-op overhead than the skipped scores save), else 1."""
-    return next((b for b in (8, 4, 2) if length % b == 0 and length // b >= 128), 1)
-
-
 def _heads_first(x: Array) -> Array:
     """[batch, length, heads, head_dim] <-> [batch, heads, length, head_dim]: the KV cache's layout."""
     return jnp.swapaxes(x, 1, 2)
@@ -419,9 +413,8 @@ class Attention(nn.Module):
     """Multi-head scaled dot-product attention (self-, or cross- with `context`), with the residual
     and the norm (before the sublayer or after the residual, per `cfg.norm`).
 
-    Without attention dropout (evaluation, or a rate of 0) it goes through the fused
-    `jax.nn.dot_product_attention`; dropout on the probabilities needs the explicit softmax,
-    which runs a causal square in blocks of queries that skip the keys after each block.
+    The softmax attention itself is `attention.attend`, shared by every family: fused without
+    attention dropout (evaluation, or a rate of 0), written out with it (the hashed `Dropout`).
     `rows` ([batch, n] positions), when given, computes queries and outputs at those positions
     only; keys and values still cover the whole sequence, so each output row is exactly the one
     the full layer would give there. `bias` ([1 or batch, heads, queries, keys]) is added to the
@@ -450,7 +443,7 @@ class Attention(nn.Module):
             x = gather_positions(x_all, rows)
         h = h_all if rows is None else gather_positions(h_all, rows)
         # T5's init folds the 1/sqrt(head width) it leaves out of the scores into the queries
-        query_scale = cfg.head_dim ** -0.5 if cfg.init_scheme == "t5" and not cfg.scale_attention else 1.0
+        query_scale = cfg.head_dim ** -0.5 if cfg.init_scheme == "fan_in" and not cfg.scale_attention else 1.0
         q = HeadsDense(cfg, to_heads=True, scale=query_scale, name="query")(h)
         key, value = HeadsDense(cfg, to_heads=True, name="key"), HeadsDense(cfg, to_heads=True, name="value")
         if bias is not None and rows is not None:  # the chosen queries' rows of the bias
@@ -464,51 +457,17 @@ class Attention(nn.Module):
                 k, v, mask, start = self._append_to_cache(k, v, mask)
                 rows = start + jnp.arange(q.shape[1])[None, :]
         allowed, is_causal = mask.lower(rows)
+        scale = None if cfg.scale_attention else 1.0
         if self.is_mutable_collection("intermediates"):  # asked for (TinyBERT): never computed otherwise
-            self.sow("intermediates", "scores", self._scores(q, k, bias))
-        if deterministic or cfg.attention_dropout_rate == 0.0:
-            ctx = jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype),
-                                               mask=allowed, is_causal=is_causal,
-                                               scale=None if cfg.scale_attention else 1.0)
-        else:
-            ctx = self._dropout_attention(q, k, v, allowed, is_causal, bias)
+            self.sow("intermediates", "scores", scores(q, k, bias, scale))
+        dropout = None
+        if not (deterministic or cfg.attention_dropout_rate == 0.0):  # dropout needs the written-out softmax
+            drop = Dropout(cfg.attention_dropout_rate)
+            dropout = lambda probs: drop(probs.astype(q.dtype), deterministic=False)  # noqa: E731
+        ctx = attend(q, k, v, allowed=allowed, is_causal=is_causal, bias=bias, scale=scale, dropout=dropout)
         ctx = nn.with_logical_constraint(ctx, ("batch", "length", "heads", "kv"))
         out = HeadsDense(cfg, to_heads=False, scale=residual_scale(cfg), name="output")(ctx)
         return sublayer_output(cfg, x, out, norm, deterministic)
-
-    def _scores(self, q: Array, k: Array, bias: Array | None) -> Array:
-        """The pre-softmax scores [batch, heads, queries, keys] in float32, before any mask."""
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
-        if self.cfg.scale_attention:
-            scores = scores / jnp.sqrt(self.cfg.head_dim).astype(q.dtype)
-        return scores.astype(jnp.float32) + (0.0 if bias is None else bias.astype(jnp.float32))
-
-    def _dropout_attention(self, q: Array, k: Array, v: Array, allowed: Array, is_causal: bool,
-                           bias: Array | None) -> Array:
-        """Softmax attention with dropout on the probabilities, written out (the fused kernel has none).
-
-        A causal square runs in blocks of queries (`causal_blocks`), block i against the keys up to
-        its own last query only: the later keys are masked for all its queries, so their scores,
-        softmax, dropout draws and products with the values are skipped (at 8 blocks, 7/16 of the
-        square). Every row is what the full square gives it: a masked key's probability is exactly 0.
-        """
-        cfg = self.cfg
-        length = q.shape[1]
-        blocks = causal_blocks(length) if is_causal and length == k.shape[1] else 1
-        size = length // blocks
-        dropout = Dropout(cfg.attention_dropout_rate)
-        ctx = []
-        for i in range(blocks):
-            lo, hi = i * size, (i + 1) * size
-            end = hi if is_causal else k.shape[1]
-            visible = allowed[:, :, lo:hi, :end] if allowed.shape[2] > 1 else allowed[..., :end]
-            if is_causal:
-                visible = visible & (jnp.arange(lo, hi)[:, None] >= jnp.arange(end)[None, :])
-            block_bias = None if bias is None else (bias[:, :, lo:hi, :end] if bias.shape[2] > 1 else bias[..., :end])
-            scores = self._scores(q[:, lo:hi], k[:, :end], block_bias)
-            probs = jax.nn.softmax(jnp.where(visible, scores, jnp.finfo(jnp.float32).min), axis=-1).astype(q.dtype)
-            ctx.append(jnp.einsum("bhqk,bkhd->bqhd", dropout(probs, deterministic=False), v[:, :end]))
-        return ctx[0] if blocks == 1 else jnp.concatenate(ctx, axis=1)
 
     def _cross_keys(self, key: nn.Module, value: nn.Module, context: Array, mask: Mask,
                     decode: bool) -> tuple[Array, Array, Mask]:

@@ -1,7 +1,7 @@
 """MobileBERT (Sun et al. 2020): a deep, thin BERT whose blocks run inside a bottleneck.
 
 Built as Hugging Face's `MobileBertForPreTraining` builds it (transformers 4.57
-`modeling_mobilebert.py`), so checkpoints move both ways (`interop/families.py`):
+`modeling_mobilebert.py`), so checkpoints move both ways (`interop.py`):
 - embeddings: a token table of width `embedding_size` (E, 128 in the paper); with `trigram_input`
   each token's vector is [next token; token; previous token] (zeros past the row's ends), and the
   3E (or E, when E != H) wide input is projected to the inter-block width H; position and segment
@@ -22,9 +22,9 @@ Built as Hugging Face's `MobileBertForPreTraining` builds it (transformers 4.57
   `pooler`, HF's `classifier_activation`, else the token itself).
 
 The stack is MobileBERT's own (its blocks have three widths); it reuses the core's dense and norm
-helpers, dropout, heads projections and `Mask`. Attention is written out (softmax, then dropout)
-and, with the `intermediates` collection mutable, sows its pre-softmax scores as the core's
-`Attention` does, so distillation reads both networks alike (`families/mobilebert/objective.py`).
+helpers, dropout, heads projections and `Mask`, and its attention is the core's `attend` over
+its own projections; with the `intermediates` collection mutable it sows its pre-softmax scores
+as the core's `Attention` does, so distillation reads both networks alike (`families/mobilebert/objective.py`).
 Fine-tuning and features (`task_trunk`) run this stack's `Encoder`: its `pooled` is HF's
 `MobileBertPooler` (dense + tanh on the first token, or the token itself without
 `classifier_activation`), what `MobileBertForSequenceClassification` classifies; `sequence` is what
@@ -43,6 +43,7 @@ import ml_collections
 
 from bertology.errors import UserError
 from bertology.models import Family, encoder_config, flops, layout, transformer_config
+from bertology.models.attention import attend, scores
 from bertology.models.heads import ClassifierHead, add_vocab_bias
 from bertology.models.transformer import (
     Dropout,
@@ -185,13 +186,13 @@ class Attention(nn.Module):
         q = HeadsDense(_width(cfg, qk.shape[-1], d), to_heads=True, name="query")(queries)
         k = HeadsDense(_width(cfg, qk.shape[-1], d), to_heads=True, name="key")(qk)
         v = HeadsDense(_width(cfg, values.shape[-1], d), to_heads=True, name="value")(values)
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(jnp.float32(d))
         if self.is_mutable_collection("intermediates"):  # asked for (distillation): as the core sows them
-            self.sow("intermediates", "scores", scores)
+            self.sow("intermediates", "scores", scores(q, k))
         allowed, _ = mask.lower(rows)
-        probs = jax.nn.softmax(jnp.where(allowed, scores, jnp.finfo(jnp.float32).min), axis=-1).astype(q.dtype)
-        probs = Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
-        ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        drop = Dropout(cfg.attention_dropout_rate)  # built even when unused: the output dropout's name follows it
+        dropout = (None if deterministic or cfg.attention_dropout_rate == 0.0
+                   else lambda probs: drop(probs.astype(q.dtype), deterministic=False))
+        ctx = attend(q, k, v, allowed=allowed, dropout=dropout)
         out = HeadsDense(_width(cfg, width, d), to_heads=False, name="output")(ctx)
         if not b.use_bottleneck:
             out = Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
