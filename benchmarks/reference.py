@@ -25,7 +25,7 @@ import optax
 
 from bertology import models
 from bertology.errors import UserError
-from bertology.interop import families, hf_config
+from bertology.interop import hf_config, records
 from bertology.models.transformer import TransformerConfig
 from bertology.objectives import divided
 from bertology.objectives.bert import mlm_loss, mlm_means, nsp_loss
@@ -68,7 +68,7 @@ def hf_loss(params: Any, batch: dict[str, jax.Array], rng: jax.Array | None, mod
     return mlm + nsp, {"loss": mlm + nsp, **metrics, **nsp_metrics}
 
 
-def _exported_config(record: families.HFModel, block: dict[str, Any], recipe: str) -> tuple[dict, TransformerConfig]:
+def _exported_config(record: records.HFModel, block: dict[str, Any], recipe: str) -> tuple[dict, TransformerConfig]:
     """(the HF config.json an export of a run with `block` writes, our TransformerConfig), or a
     UserError when that HF model type does not compute what our block does."""
     mismatch = record.mismatch(models.encoder_config(block))
@@ -83,7 +83,7 @@ def hf_gpt2_model(block: dict[str, Any], seed: int = 0) -> Any:
     so shapes, tanh GELU, dropout rates, LayerNorm eps and init range are the same as ours."""
     from transformers import FlaxGPT2LMHeadModel, GPT2Config
 
-    config, cfg = _exported_config(families.GPT2, block, "configs/gpt.py:gpt2")
+    config, cfg = _exported_config(records.registry()["gpt2"], block, "configs/gpt.py:gpt2")
     return FlaxGPT2LMHeadModel(GPT2Config.from_dict(config), seed=seed, dtype=cfg.compute_dtype)
 
 
@@ -106,8 +106,8 @@ def hf_seq2seq_model(block: dict[str, Any], seed: int = 0) -> tuple[Any, Any]:
     from transformers.models.t5 import modeling_flax_t5
 
     modeling_flax_t5.jnp = _ClipWithOldKeywords()
-    record = families.for_run(block)
-    if record not in (families.T5, families.BART):
+    record = records.for_run(block)
+    if record not in (records.registry()["t5"], records.registry()["bart"]):
         raise UserError(f"family {block['family']!r} has no Flax seq2seq reference; benchmark configs/t5.py or "
                         "configs/bart.py")
     config, cfg = _exported_config(record, block, "configs/t5.py or configs/bart.py")

@@ -132,7 +132,7 @@ def test_the_cap_may_equal_the_rounded_rate():
 
 
 def test_span_masking_has_the_same_budget():
-    """Whole-word, n-gram and span units are chosen within the same budget (`masking._prepare`)."""
+    """Whole-word, n-gram and span units are chosen within the same budget (`masking.prepare`)."""
     c = sweep.load_config(REPO / "configs" / "spanbert.py", "tiny")
     c.data.masked_lm_prob = 0.3
     assert "at least 38" in _refusal(c)  # round(0.3 · 128)

@@ -1,4 +1,4 @@
-"""ELMo (families/elmo/model.py, objectives/bilm.py, the bilm transform, interop/elmo_hdf5.py).
+"""ELMo (families/elmo/model.py, objectives/bilm.py, the bilm transform, families/elmo/hdf5.py).
 
 References: a float64 numpy LSTMP step written from TF's LSTMCell definition, bilm-tf's character
 id conventions spelled out by hand, perturbation of later/earlier words, the CLI's training run on
@@ -189,12 +189,12 @@ def test_stateful_training_resumes_exactly(tmp_path):
 
 def test_hdf5_round_trip_and_reference_names(tmp_path):
     h5py = pytest.importorskip("h5py")
-    from bertology.interop import elmo_hdf5
+    from bertology.families.elmo import hdf5
 
     model = elmo.Model(TINY)
     ids = np.ones((1, 3), np.int64)
     params = jax.device_get(model.init(jax.random.PRNGKey(3), _batch(ids, ids))["params"])
-    elmo_hdf5.write(tmp_path, TINY, elmo.trunk(params))
+    hdf5.write(tmp_path, TINY, elmo.trunk(params))
     with h5py.File(tmp_path / "weights.hdf5") as f:
         names = set()
         f.visititems(lambda name, obj: names.add(name) if isinstance(obj, h5py.Dataset) else None)
@@ -208,11 +208,12 @@ def test_hdf5_round_trip_and_reference_names(tmp_path):
     assert names == expected
     opts = json.loads((tmp_path / "options.json").read_text())
     assert opts["char_cnn"]["filters"] == [[1, 4], [2, 6], [3, 8]] and opts["lstm"]["dim"] == 12
-    cfg, back = elmo_hdf5.read(tmp_path, TINY.vocab_size)
+    cfg, back = hdf5.read(tmp_path, TINY.vocab_size)
     assert cfg == TINY
     jax.tree.map(np.testing.assert_array_equal, back, elmo.trunk(params))
 
 
+@pytest.mark.slow
 def test_tiny_bilm_learns_on_embedded_corpus(tmp_path):
     status = pretrain.main(["pretrain", "--config", "configs/elmo.py:tiny", "--workdir", str(tmp_path),
                             "--config.total_steps=30", "--config.batch_size=16", "--config.log_every=10",

@@ -2,6 +2,7 @@
 output (hidden states of every layer and every head's logits, at real tokens) against
 transformers itself, then exported back and reloaded by transformers. Also the one-line errors."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -16,10 +17,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from flax.traverse_util import flatten_dict  # noqa: E402
+from helpers import REPO  # noqa: E402
 
 from bertology import models  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
-from bertology.interop import export_hf, families, import_hf, names  # noqa: E402
+from bertology.interop import export_hf, import_hf, names, records  # noqa: E402
 from bertology.models.transformer import Encoder  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
 
@@ -131,7 +133,7 @@ def test_import_matches_transformers_and_round_trips(family, tmp_path):
     assert report.family == family and report.fresh == [] and report.unused == []
 
     params, run_config = load_params(tmp_path / "run")
-    rows = names.tensors(families.RECORDS[family].layout, set(flatten_dict(params)))
+    rows = names.tensors(records.registry()[family].layout, set(flatten_dict(params)))
     assert {r.ours for r in rows} == set(flatten_dict(params)), "every parameter has a row in the name map"
 
     reference = hf_outputs(hf_models, batch)
@@ -192,11 +194,26 @@ def test_activation_we_do_not_reproduce_is_refused(tmp_path):
         import_hf(_hf_bert_dir(tmp_path, hidden_act="relu"), tmp_path / "run")
 
 
-@pytest.mark.parametrize("model_type", list(families.RECORDS))
+def test_registry_finds_each_family_record_in_its_order():
+    """The records come from the family packages (`families/<name>/interop.py`), each package's
+    `HF_RECORDS` whole and in its order (export takes a family's first match, so GPT-2 stays before
+    OpenAI GPT and T5 before mT5); a new family's record is found without being listed here."""
+    found = list(records.registry())
+    assert {"bert", "roberta", "albert", "electra", "distilbert", "mobilebert", "gpt2", "openai-gpt", "t5", "mt5",
+            "bart", "transfo-xl", "xlnet", "megatron-bert"} <= set(found)
+    for path in sorted((REPO / "src" / "bertology" / "families").glob("*/interop.py")):
+        module = importlib.import_module(f"bertology.families.{path.parent.name}.interop")
+        types = [r.model_type for r in module.HF_RECORDS]
+        assert [t for t in found if t in types] == types, path
+        assert all(r.family == path.parent.name for r in module.HF_RECORDS), path
+    assert found.index("gpt2") < found.index("openai-gpt") and found.index("t5") < found.index("mt5")
+
+
+@pytest.mark.parametrize("model_type", list(records.registry()))
 def test_records_agree_with_transformers(model_type):
     """What a record assumes for a key config.json omits is transformers' own default, every HF key
     it reads has one, and the classes it exports are that model type's."""
-    record = families.RECORDS[model_type]
+    record = records.registry()[model_type]
     config = transformers.AutoConfig.for_model(model_type)
     assert {key: getattr(config, key) for key in record.defaults} == dict(record.defaults)
     read = {key for _, key in record.keys} | ({record.activation[0]} - {None}) | set(record.required)

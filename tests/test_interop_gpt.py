@@ -20,7 +20,7 @@ from bertology import models  # noqa: E402
 from bertology.data.embedded import BYTE_BPE_VOCAB  # noqa: E402
 from bertology.data.tokenizers import load_tokenizer, tokenizer_files  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
-from bertology.interop import export_hf, families, import_hf, names  # noqa: E402
+from bertology.interop import export_hf, import_hf, names, records  # noqa: E402
 from bertology.interop.hf import param_shapes, write_run  # noqa: E402
 from bertology.models.transformer import Decoder  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
@@ -99,7 +99,7 @@ def test_import_matches_transformers(model_type, tmp_path):
     block = run_config["model"]
     assert {k: block[k] for k in {**COMMON, **EXPECTED[model_type]}} == {**COMMON, **EXPECTED[model_type]}
     flat = set(flatten_dict(params))
-    assert {r.ours for r in names.tensors(families.RECORDS[model_type].layout, flat)} == flat
+    assert {r.ours for r in names.tensors(records.registry()[model_type].layout, flat)} == flat
 
     batch = left_padded(V)
     diffs = max_diff(our_outputs(params, block, batch), hf_outputs(hf_model, batch), batch["input_mask"])
@@ -240,7 +240,7 @@ def test_untied_output_layer_is_refused(model_type, tmp_path):
     from safetensors.numpy import load_file, save_file
 
     d = _edited_hf_dir(tmp_path, model_type)
-    record = families.RECORDS[model_type]
+    record = records.registry()[model_type]
     (head, table), = record.tied.items()
     state = load_file(d / "model.safetensors")
     save_file({**state, head: state[table] + 1}, d / "model.safetensors", metadata={"format": "pt"})
@@ -268,7 +268,7 @@ def test_fused_rows_split_and_join_the_hf_tensor():
     """c_attn's [H, 3H] is query, key and value side by side; each of ours is [H, heads, head_dim]."""
     shapes = {("decoder", "attention_0", n, leaf): s for n in ("query", "key", "value")
               for leaf, s in (("kernel", (8, 2, 4)), ("bias", (2, 4)))}
-    rows = names.tensors(families.GPT2.layout, shapes)
+    rows = names.tensors(records.registry()["gpt2"].layout, shapes)
     assert {r.hf for r in rows} == {"transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias"}
     rng = np.random.default_rng(0)
     ours = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}

@@ -32,7 +32,7 @@ from helpers import (  # noqa: E402
 
 from bertology import models  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
-from bertology.interop import export_hf, families, import_hf, names  # noqa: E402
+from bertology.interop import export_hf, import_hf, names, records  # noqa: E402
 from bertology.interop.hf import param_shapes, write_run  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
 
@@ -117,7 +117,7 @@ def test_import_matches_transformers_at_every_decoder_position(name, tmp_path):
     assert {k: block[k] for k in EXPECTED[name]} == EXPECTED[name]
     assert "num_decoder_layers" not in block  # equal depths import as they always did
     flat = set(flatten_dict(params))
-    assert {r.ours for r in names.tensors(families.RECORDS[MODEL_TYPE[name]].layout, flat)} == flat
+    assert {r.ours for r in names.tensors(records.registry()[MODEL_TYPE[name]].layout, flat)} == flat
 
     batch = padded_batch()
     ours, reference = our_logits(params, block, batch), hf_logits(hf_model, batch)
@@ -138,26 +138,35 @@ def _our_run(name: str, workdir, seed: int = 0, **edits) -> tuple[dict, dict]:
     return block, params
 
 
-@pytest.mark.parametrize("name", ["t5_v1_0", "t5_v1_1", "bart"])
-def test_export_loads_in_transformers_and_round_trips(name, tmp_path):
-    block, params = _our_run(name, tmp_path / "run")
+def _export_and_round_trip(block: dict, params: dict, tmp_path, label: str):
+    """Export the run in `tmp_path / "run"` and check it both ways: transformers loads every
+    tensor and gives our logits, and importing the export back gives the same parameters and
+    model block. Returns (the export's directory, the loaded HF model)."""
     (out,) = export_hf(tmp_path / "run", tmp_path / "hf")
     hf_model, info = transformers.AutoModelForSeq2SeqLM.from_pretrained(out, output_loading_info=True)
-    assert type(hf_model) is HF[name][0]
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
-    assert hf_model.config.tie_word_embeddings == block.get("tie_embeddings", True)
-    assert json.loads((out / "config.json").read_text())[DECODER_DEPTH[name]] == block["num_layers"]
 
     batch = padded_batch(1)
     diff = float(np.abs(our_logits(params, block, batch) - hf_logits(hf_model.eval(), batch)).max())
-    print(f"\n{name} export: max abs logit diff in transformers {diff:.2e}")
+    print(f"\n{label} export: max abs logit diff in transformers {diff:.2e}")
     assert diff <= TOLERANCE
 
     report = import_hf(out, tmp_path / "back")
     assert report.fresh == [] and report.unused == []
     back, run_config = load_params(tmp_path / "back")
+    assert flatten_dict(back).keys() == flatten_dict(params).keys()
     assert all(np.array_equal(v, flatten_dict(params)[k]) for k, v in flatten_dict(back).items())
     assert {k: run_config["model"][k] for k in block} == block
+    return out, hf_model
+
+
+@pytest.mark.parametrize("name", ["t5_v1_0", "t5_v1_1", "bart"])
+def test_export_loads_in_transformers_and_round_trips(name, tmp_path):
+    block, params = _our_run(name, tmp_path / "run")
+    out, hf_model = _export_and_round_trip(block, params, tmp_path, name)
+    assert type(hf_model) is HF[name][0]
+    assert hf_model.config.tie_word_embeddings == block.get("tie_embeddings", True)
+    assert json.loads((out / "config.json").read_text())[DECODER_DEPTH[name]] == block["num_layers"]
 
 
 def _depths(params: dict) -> tuple[int, int]:
@@ -191,25 +200,11 @@ def test_uneven_depths_import_and_match_transformers(name, depth, tmp_path):
 def test_uneven_depths_export_and_round_trip(name, depth, tmp_path):
     block, params = _our_run(name, tmp_path / "run", num_decoder_layers=depth)
     assert _depths(params) == (2, depth)
-    (out,) = export_hf(tmp_path / "run", tmp_path / "hf")
+    out, hf_model = _export_and_round_trip(block, params, tmp_path, f"{name} 2/{depth}")
     written = json.loads((out / "config.json").read_text())
     assert (written["num_layers" if name.startswith("t5") else "encoder_layers"], written[DECODER_DEPTH[name]]) == (
         2, depth)
-    hf_model, info = transformers.AutoModelForSeq2SeqLM.from_pretrained(out, output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     assert len(hf_model.get_decoder().block if name.startswith("t5") else hf_model.get_decoder().layers) == depth
-
-    batch = padded_batch(1)
-    diff = float(np.abs(our_logits(params, block, batch) - hf_logits(hf_model.eval(), batch)).max())
-    print(f"\n{name} 2/{depth} export: max abs logit diff in transformers {diff:.2e}")
-    assert diff <= TOLERANCE
-
-    report = import_hf(out, tmp_path / "back")
-    assert report.fresh == [] and report.unused == []
-    back, run_config = load_params(tmp_path / "back")
-    assert flatten_dict(back).keys() == flatten_dict(params).keys()
-    assert all(np.array_equal(v, flatten_dict(params)[k]) for k, v in flatten_dict(back).items())
-    assert {k: run_config["model"][k] for k in block} == block
 
 
 @pytest.mark.parametrize("name, depth", [("t5_v1_1", 1), ("bart", 3)])

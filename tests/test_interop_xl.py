@@ -24,7 +24,7 @@ from flax.traverse_util import flatten_dict  # noqa: E402
 
 from bertology import models  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
-from bertology.interop import export_hf, families, import_hf, names  # noqa: E402
+from bertology.interop import export_hf, import_hf, names, records  # noqa: E402
 from bertology.train.checkpoint import load_params  # noqa: E402
 
 V, B, L = 61, 4, 8
@@ -115,7 +115,7 @@ def test_transfo_xl_import_and_export_match_transformers(untie_r, tmp_path, runn
     model, params, block = ours(tmp_path / "run")
     assert {k: block[k] for k in ("mem_len", "clamp_len", "same_length", "untie_r", "activation")} == dict(
         mem_len=6, clamp_len=5, same_length=True, untie_r=untie_r, activation="relu")
-    complete_mapping(families.TRANSFO_XL, params)
+    complete_mapping(records.registry()["transfo-xl"], params)
 
     rng = np.random.default_rng(0)
     segments = [rng.integers(0, V, (B, L)).astype(np.int32) for _ in range(2)]
@@ -197,7 +197,7 @@ def test_xlnet_import_and_export_match_transformers(bi_data, tmp_path):
     model, params, block = ours(tmp_path / "run")
     assert {k: block[k] for k in ("mem_len", "reuse_len", "clamp_len", "bi_data", "activation")} == dict(
         mem_len=6, reuse_len=5, clamp_len=7, bi_data=bi_data, activation="gelu_tanh")
-    complete_mapping(families.XLNET, params)
+    complete_mapping(records.registry()["xlnet"], params)
 
     rng = np.random.default_rng(1)
     batches = [xlnet_batch(rng) for _ in range(2)]

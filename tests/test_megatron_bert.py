@@ -17,7 +17,7 @@ from flax.traverse_util import flatten_dict
 
 from bertology import models, validation
 from bertology.errors import UserError
-from bertology.interop import export_hf, families, hf_config, import_hf, names
+from bertology.interop import export_hf, hf_config, import_hf, names, records
 from bertology.models import layout
 from bertology.models.transformer import Encoder
 from bertology.train import optimizer, prune
@@ -98,7 +98,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     params, run_config = load_params(tmp_path / "run")
     block = run_config["model"]
     assert (block["norm"], block["embedding_norm"], block["pooler"]) == ("pre", False, True)
-    rows = names.tensors(families.RECORDS["megatron-bert"].layout, set(flatten_dict(params)))
+    rows = names.tensors(records.registry()["megatron-bert"].layout, set(flatten_dict(params)))
     assert {r.ours for r in rows} == set(flatten_dict(params)), "every parameter has a row in the name map"
 
     reference = hf_outputs(hf, batch)
@@ -232,7 +232,7 @@ def test_345m_preset_is_the_released_shape():
     assert ours == sum(p.numel() for p in hf.parameters())  # the tied output layer counted once on both sides
     print(f"\nmegatron-bert 345m: {ours / 1e6:.1f}M parameters")
     block = c.model.to_dict()
-    record = families.for_run(block)
+    record = records.for_run(block)
     exported = hf_config.to_hf(record, block, "model", models.encoder_config(block), None)
     default = transformers.MegatronBertConfig()
     assert {k: exported[k] for k in record.defaults if k in exported} == {

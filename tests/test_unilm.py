@@ -23,6 +23,7 @@ from bertology.data import transforms
 from bertology.errors import UserError
 from bertology.generation import beam_search, generate
 from bertology.families.bart import model as bart
+from bertology.families.unilm import data as unilm_data
 from bertology.families.unilm import model as unilm
 from bertology.models.transformer import Mask, TransformerConfig
 
@@ -146,7 +147,7 @@ def test_transform_mixes_the_kinds_per_batch_with_their_segments():
         counts += per
         real, second = out["input_mask"] > 0, inst["segment_ids"][idx] > 0
         for r, kind in enumerate(out["mask_kind"]):
-            first_id, second_id = transforms.UNILM_SEGMENTS[Mask.KINDS[kind]]
+            first_id, second_id = unilm.UNILM_SEGMENTS[Mask.KINDS[kind]]
             np.testing.assert_array_equal(out["segment_ids"][r][real[r]],
                                           np.where(second[r], second_id, first_id)[real[r]])
             source = np.count_nonzero(real[r] & ~second[r])  # [CLS] A [SEP]
@@ -160,7 +161,7 @@ def test_ngram_masking_is_one_fifth_bigrams_or_trigrams_at_bert_rates():
     rng = np.random.default_rng(0)
     rows, length, budget = 400, 1000, 20
     candidate = np.ones((rows, length), bool)
-    positions, weights = transforms.unilm_ngrams(candidate, np.full(rows, budget), budget, rng, 0.2, 3)
+    positions, weights = unilm_data.unilm_ngrams(candidate, np.full(rows, budget), budget, rng, 0.2, 3)
     assert weights.sum(axis=1).tolist() == [budget] * rows
     runs = []
     for r in range(rows):  # units rarely touch in 1000 slots, so runs of masked tokens are the units

@@ -5,7 +5,7 @@
 
 Model types: bert, roberta, albert, electra (our families of the same names), gpt2 and
 openai-gpt (our `gpt` family: pre-LN exports as gpt2, post-LN as openai-gpt); the list is
-`bertology.interop.families.RECORDS`.
+`bertology.interop.records.registry()`.
 
 Import writes a run directory (config.json, step-0 checkpoint, tokenizer files) that fine-tuning,
 feature extraction, generation and export read like a pretraining run; ELECTRA takes its

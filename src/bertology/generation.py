@@ -302,7 +302,8 @@ def decoder_start_id(data: dict[str, Any], model: nn.Module, tokenizer: Any) -> 
     the pad id (T5)."""
     start = data.get("decoder_start")
     if start is None:
-        transform = transforms.TRANSFORMS.get(data.get("objective") or "")
+        objective = data.get("objective")  # none for a run that was not pretrained here (an import)
+        transform = transforms.lookup(objective) if objective else None
         eos = "eos" in (getattr(model, "decoder_start", None), getattr(transform, "start_token", None))
         start = tokenizer.eos_id if eos else tokenizer.pad_id
     return int(start)

@@ -50,7 +50,9 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         corpus=placeholder(str),  # a text file or directory; None: the embedded default corpus
         vocab=placeholder(str),  # vocab.txt or sentencepiece .model; None: the shipped 8k WordPiece
         cache_dir=placeholder(str),  # where tokenized corpora are kept; None: ~/.cache/bertology/tfds
-        objective="mlm",  # the data transform (data/transforms.py's registry), e.g. causal (GPT), span_corruption (T5), unilm
+        # The data transform by name (data/transforms.py's `lookup`): shared ones there, e.g. causal (GPT); a family's
+        # own in families/<name>/data.py, e.g. span_corruption (families/t5), unilm (families/unilm).
+        objective="mlm",
         max_seq_length=128,
         max_predictions_per_seq=20,
         masked_lm_prob=0.15,

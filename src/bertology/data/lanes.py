@@ -2,12 +2,13 @@
 
 A family that carries state from one batch to the next (ELMo's LSTM states, Transformer-XL's
 memory) needs row b of step t + 1 to continue row b of step t. A transform with `contiguous = True`
-(`data/transforms.py`) builds each pass as the documents in order, joined into one stream, made
-into per-token keys (ids, targets, ...) and cut by `cut` into `lanes` = global batch size lanes of
-`steps` segments of `length` tokens: arrays [lanes, steps, length, ...], as Transformer-XL's
-`batchify` and XLNet's data do. `LanesStream` yields step t of a pass as `arr[rows, t]` (this
-process's rows) with a per-row int32 `carry_reset`, 1 on the first step of a pass: the train step
-zeroes the carry of those rows (`bertology.train.step`).
+(`data/transforms.py`; each of them lives in its family's `data.py`) builds each pass as the
+documents in order, joined into one stream, made into per-token keys (ids, targets, ...) and cut
+by `cut` into `lanes` = global batch size lanes of `steps` segments of `length` tokens: arrays
+[lanes, steps, length, ...], as Transformer-XL's `batchify` and XLNet's data do. `LanesStream`
+yields step t of a pass as `arr[rows, t]` (this process's rows) with a per-row int32
+`carry_reset`, 1 on the first step of a pass: the train step zeroes the carry of those rows
+(`bertology.train.step`).
 
 Pass p is built from (seed, p) alone and starts the stream at an offset drawn from that pass's
 rng, so a new pass cuts the segments at other places (no lane re-reads the same cut). Each batch
@@ -19,15 +20,12 @@ uninterrupted one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from bertology.data.packing import Batch
+from bertology.data.transforms import Batch, Document, Transform
 from bertology.errors import UserError
-
-if TYPE_CHECKING:  # transforms import `cut` from here
-    from bertology.data.transforms import Document, Transform
 
 # Stream ids keep the random streams of different purposes independent for the same seed.
 _PASS, _CORRUPT, _EVAL = 1, 3, 4
@@ -59,8 +57,8 @@ class LanesStream:
 
     def __init__(
         self,
-        transform: "Transform",
-        documents: Sequence["Document"],
+        transform: Transform,
+        documents: Sequence[Document],
         *,
         batch_size: int,
         seed: int,
@@ -111,7 +109,7 @@ class LanesStream:
         self.state = {k: int(state[k]) for k in ("pass", "offset", "step")}
 
 
-def eval_batches(transform: "Transform", documents: Sequence["Document"], *, batch_size: int, num_batches: int,
+def eval_batches(transform: Transform, documents: Sequence[Document], *, batch_size: int, num_batches: int,
                  seed: int) -> list[Batch]:
     """The first `num_batches` steps (fewer if the held-out lanes are shorter) of the held-out
     documents' lanes, in order: evaluation carries its state from each to the next."""

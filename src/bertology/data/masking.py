@@ -2,7 +2,8 @@
 
 Every strategy has the same two steps: choose which positions to predict, then corrupt them the
 80/10/10 way (mask / random token / keep). `mask_tokens` chooses single tokens as BERT does;
-whole-word or span masking only need a different first step feeding `_corrupt`.
+whole-word or span masking only need a different first step feeding `corrupt`. `prepare` and
+`corrupt` are public for the strategies written elsewhere (UniLM's n-grams and fine-tuning targets).
 
 The number of predictions per row follows BERT's create_pretraining_data.py:
 `min(max_predictions, max(1, round(masked_lm_prob * n)))` with n the row's non-pad tokens,
@@ -39,17 +40,17 @@ def mask_tokens(
     0.0 padding) float32. Random replacements are uniform over the non-special ids below
     vocab_size.
     """
-    ids, special, candidate, count = _prepare(input_ids, special_ids, vocab_size, max_predictions, masked_lm_prob,
-                                              mask_prob, random_prob, pad_id)
+    ids, special, candidate, count = prepare(input_ids, special_ids, vocab_size, max_predictions, masked_lm_prob,
+                                             mask_prob, random_prob, pad_id)
     count = np.minimum(count, np.count_nonzero(candidate, axis=1))
     positions, weights = _choose_tokens(candidate, count, max_predictions, rng)
-    return _corrupt(ids, positions, weights, rng, vocab_size=vocab_size, mask_id=mask_id, special=special,
-                    mask_prob=mask_prob, random_prob=random_prob)
+    return corrupt(ids, positions, weights, rng, vocab_size=vocab_size, mask_id=mask_id, special=special,
+                   mask_prob=mask_prob, random_prob=random_prob)
 
 
-def _prepare(input_ids: np.ndarray, special_ids: Collection[int], vocab_size: int, max_predictions: int,
-             masked_lm_prob: float, mask_prob: float, random_prob: float,
-             pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def prepare(input_ids: np.ndarray, special_ids: Collection[int], vocab_size: int, max_predictions: int,
+            masked_lm_prob: float, mask_prob: float, random_prob: float,
+            pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Checked inputs: (ids, sorted special ids, maskable-token mask, per-row prediction budget
     min(max_predictions, max(1, round(masked_lm_prob · non-pad tokens))))."""
     ids = np.asarray(input_ids)
@@ -98,9 +99,9 @@ def _choose_tokens(candidate: np.ndarray, count: np.ndarray, max_predictions: in
     return np.where(weights, positions, 0).astype(np.int32), weights
 
 
-def _corrupt(ids: np.ndarray, positions: np.ndarray, weights: np.ndarray, rng: np.random.Generator, *,
-             vocab_size: int, mask_id: int, special: np.ndarray, mask_prob: float,
-             random_prob: float, u: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def corrupt(ids: np.ndarray, positions: np.ndarray, weights: np.ndarray, rng: np.random.Generator, *,
+            vocab_size: int, mask_id: int, special: np.ndarray, mask_prob: float,
+            random_prob: float, u: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The 80/10/10 step: each chosen position independently becomes mask_id with mask_prob, a
     random non-special id with random_prob, and otherwise keeps its token. Passing `u` (one
     uniform per position, equal within a span) makes the decision per span instead (SpanBERT)."""
@@ -163,8 +164,8 @@ def mask_units(
         raise UserError(f"data.mask_unit={unit!r} is unknown; use one of {UNITS}")
     if unit == "entity" and entity_spans is None:
         raise UserError("entity masking needs entity spans; set data.lexicon to a phrase/entity list file")
-    ids, special, candidate, budget = _prepare(input_ids, special_ids, vocab_size, max_predictions, masked_lm_prob,
-                                               mask_prob, random_prob, pad_id)
+    ids, special, candidate, budget = prepare(input_ids, special_ids, vocab_size, max_predictions, masked_lm_prob,
+                                              mask_prob, random_prob, pad_id)
     rows, length = ids.shape
     positions = np.full((rows, max_predictions), length, np.int64)
     span_start = np.zeros((rows, max_predictions), np.int64)
@@ -189,8 +190,8 @@ def mask_units(
                 u[r, :k] = u[r, first]
     weights = positions < length
     positions = np.where(weights, positions, 0).astype(np.int32)
-    out = _corrupt(ids, positions, weights, rng, vocab_size=vocab_size, mask_id=mask_id, special=special,
-                   mask_prob=mask_prob, random_prob=random_prob, u=u)
+    out = corrupt(ids, positions, weights, rng, vocab_size=vocab_size, mask_id=mask_id, special=special,
+                  mask_prob=mask_prob, random_prob=random_prob, u=u)
     out["span_start"] = np.where(weights, span_start, 0).astype(np.int32)
     out["span_end"] = np.where(weights, span_end, 0).astype(np.int32)
     return out

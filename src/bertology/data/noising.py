@@ -2,7 +2,8 @@
 
 Each function implements one rule of a reference implementation; where the paper and the code
 disagree, the code is followed and the docstring says so. `rng` is a `np.random.Generator`;
-sequences are 1-D int arrays of token ids. `transforms.py` turns these into batches.
+sequences are 1-D int arrays of token ids. The families' transforms (`families/t5/data.py`,
+`families/bart/data.py`) turn these into batches.
 
 - T5 (`t5.data.preprocessors`): `random_spans_noise_mask`, `iid_noise_mask`,
   `random_prefix_noise_mask`, `random_spans_lengths` (`random_spans_helper`), and the input /

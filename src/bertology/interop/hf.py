@@ -5,10 +5,10 @@ and `data.vocab`) and an orbax checkpoint at step 0 holding the parameters, so
 `bertology.train.checkpoint.load_params` and everything built on it (fine-tuning, features,
 generation, export) reads it like a pretraining run. The tokenizer files are copied beside it.
 
-Everything that differs between model types is in their records (`interop/families.py`); this
-module only moves tensors and files. Tensors are read with numpy only (safetensors; torch just for
-the legacy `pytorch_model.bin`), and export writes safetensors, so neither direction needs
-transformers.
+Everything that differs between model types is in their records (each family's `interop.py`,
+found by `interop/records.py`); this module only moves tensors and files. Tensors are read with
+numpy only (safetensors; torch just for the legacy `pytorch_model.bin`), and export writes
+safetensors, so neither direction needs transformers.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 from bertology import models
 from bertology.data.tokenizers import Tokenizer, load_tokenizer, tokenizer_files
 from bertology.errors import UserError
-from bertology.interop import families, hf_config, names
+from bertology.interop import hf_config, names, records
 from bertology.train.checkpoint import Checkpointer, load_params, read_json
 
 # HF buffers some checkpoints carry (GPT-2's causal masks among them); not parameters
@@ -128,7 +128,7 @@ def _fill(shapes: dict[tuple[str, ...], tuple[int, ...]], rows: list[names.Tenso
     return params
 
 
-def _check_tied(record: families.HFModel, tensors: dict[str, dict[str, np.ndarray]],
+def _check_tied(record: records.HFModel, tensors: dict[str, dict[str, np.ndarray]],
                 dirs: dict[str, pathlib.Path]) -> None:
     """Our output layers are tied to the input tables; an untied checkpoint would change the logits."""
     for source, state in tensors.items():
@@ -145,11 +145,11 @@ def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
     if (workdir / "checkpoints").exists():
         raise UserError(f"{workdir} already holds checkpoints; pass a new --out directory")
     main_json = read_json(hf_dir / "config.json", HF_DIR)
-    record = families.by_type(main_json.get("model_type"), str(hf_dir / "config.json"))
+    record = records.by_type(main_json.get("model_type"), str(hf_dir / "config.json"))
     extra = {"generator": generator_dir} if generator_dir else {}
     for source in extra:
         if source not in record.sources[1:]:
-            raise UserError(f"--{source} applies to {', '.join(families.with_extra_source(source))} only, "
+            raise UserError(f"--{source} applies to {', '.join(records.with_extra_source(source))} only, "
                             f"not {record.model_type}")
     dirs = {record.sources[0]: hf_dir, **{s: pathlib.Path(d) for s, d in extra.items()}}
     configs = {source: main_json if source == record.sources[0] else read_json(d / "config.json", HF_DIR)
@@ -175,7 +175,7 @@ def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
     return ImportReport(record.family, record.model_type, vocab, ["/".join(k) for k in fresh], unused)
 
 
-def _tokenizer_files(directory: pathlib.Path, record: families.HFModel) -> list[pathlib.Path]:
+def _tokenizer_files(directory: pathlib.Path, record: records.HFModel) -> list[pathlib.Path]:
     """The tokenizer files in an HF directory that ours reads with the ids HF gives; [] if none."""
     config = directory / "tokenizer_config.json"
     hf_class = (json.loads(config.read_text()).get("tokenizer_class") if config.is_file() else None) or record.tokenizer
@@ -228,7 +228,7 @@ def _export_tokenizer(files: list[pathlib.Path], tokenizer: Tokenizer, target: p
     else:
         for f, name in zip(files, BYTE_BPE):
             shutil.copyfile(f, target / name)
-        config = {"tokenizer_class": "RobertaTokenizer" if tokenizer.convention == "roberta" else "GPT2Tokenizer"}
+        config = {"tokenizer_class": tokenizer.hf_class}
     (target / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
 
 
@@ -238,7 +238,7 @@ def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path, step: in
     workdir, out_dir = pathlib.Path(workdir), pathlib.Path(out_dir)
     params, run_config = load_params(workdir, step)
     block = run_config["model"]
-    record = families.for_run(block)
+    record = records.for_run(block)
     files, tokenizer = _run_tokenizer(run_config.get("data", {}).get("vocab"))
     hf_configs = {source: hf_config.to_hf(record, block, source, cfg, tokenizer)
                   for source, cfg in record.configs(block).items()}

@@ -6,56 +6,27 @@ attention scaling, an untied output layer) fails with one line instead of import
 that computes something else. Export refuses a model that no HF model type computes.
 
 Most settings are one HF key for one of ours (`HFModel.keys`), a fixed value on either side
-(`fixed`, `required`) or the activation's name; the few that are not are `Translation`s below,
-and a record lists the ones that apply to it.
+(`fixed`, `required`) or the activation's name; the few that are not are `Translation`s
+(`records.Translation`), and a record lists the ones that apply to it. Those several families
+use are below; one family's own are in its `interop.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from bertology.errors import UserError
-from bertology.families.electra.model import generator_config
+from bertology.interop.records import Block, BySource, HFConfig, HFModel
 from bertology.models.transformer import TransformerConfig
 
 if TYPE_CHECKING:
     from bertology.data.tokenizers import Tokenizer
-    from bertology.interop.families import HFModel
-
-HFConfig = dict[str, Any]
-Block = dict[str, Any]  # our `model` block
-BySource = dict[str, HFConfig]  # HF configs by source, the main checkpoint's first
 
 
 def _main(by_source: dict[str, Any]) -> Any:
     """The main checkpoint's (`--in`) entry of a dict by source."""
     return next(iter(by_source.values()))
-
-
-class Translation(Protocol):
-    """A setting that is not one key to one key. `from_hf` completes our block from the HF configs
-    by source, the main checkpoint's first (`where`: their directories, for errors); `to_hf`
-    completes one source's HF config from our block and that source's `cfg` (and the run's
-    tokenizer, when it has one)."""
-
-    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None: ...
-
-    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class PaddingOffset:
-    """RoBERTa counts positions from padding_idx + 1, so its first position id is pad_token_id + 1."""
-
-    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        block["position_offset"] = _main(hf)["pad_token_id"] + 1
-
-    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
-        if cfg.position_offset < 1:
-            raise UserError(f"{hf['model_type']} export needs model.position_offset >= 1 (its first position id "
-                            f"is pad_token_id + 1), not {cfg.position_offset}")
-        hf.update(pad_token_id=cfg.position_offset - 1, bos_token_id=0, eos_token_id=2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,24 +45,6 @@ class EmbeddingSize:
             raise UserError(f"{hf['model_type']} export needs model.embedding_size set (its embeddings are "
                             "always projected)")
         hf["embedding_size"] = cfg.embed_dim
-
-
-@dataclasses.dataclass(frozen=True)
-class FeedForwardWidth:
-    """GPT-2's `n_inner` (None: 4·hidden); OpenAI GPT has no key (`key=None`) and always 4·hidden."""
-
-    key: str | None
-
-    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        inner = _main(hf)[self.key] if self.key else None
-        block["intermediate_size"] = inner or 4 * block["hidden_size"]
-
-    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
-        if self.key:
-            hf[self.key] = cfg.intermediate_size
-        elif cfg.intermediate_size != 4 * cfg.hidden_size:
-            raise UserError(f"{hf['model_type']}'s feed-forward width is 4·hidden = {4 * cfg.hidden_size}; "
-                            f"model.intermediate_size={cfg.intermediate_size} has no {hf['model_type']} counterpart")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,104 +101,26 @@ class OneDropout:
 
 
 @dataclasses.dataclass(frozen=True)
-class HeadSize:
-    """T5's `d_kv`, the width of one head, which need not be d_model / num_heads (mT5-small: 512, 6, 64)."""
+class Recurrent:
+    """Transformer-XL's and XLNet's settings beyond the Transformer's: the memory and relative
+    attention keys (`keys`: (our model key, HF key, our default); HF's null means our default),
+    the head width `d_head`, and the feed-forward dropout, which HF applies at the rate of the
+    residual dropout. HF XLNet always has per-layer relative biases, so `untied` refuses to
+    export a run that shares them (`model.untie_r=False`)."""
+
+    keys: tuple[tuple[str, str, Any], ...]
+    untied: bool = False
 
     def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        block["head_size"] = _main(hf)["d_kv"]
+        main = _main(hf)
+        block.update({ours: default if main.get(key) is None else main[key] for ours, key, default in self.keys})
+        block["head_size"] = None if main["d_head"] * block["num_heads"] == block["hidden_size"] else main["d_head"]
+        block["activation_dropout_rate"] = block["dropout_rate"]
 
     def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
-        hf["d_kv"] = cfg.head_dim
-
-
-@dataclasses.dataclass(frozen=True)
-class FeedForwardProj:
-    """T5 derives its activation (`dense_act_fn`) from `feed_forward_proj` ('gated-gelu' means the
-    tanh GELU); a config that overrides it with anything else computes something we do not."""
-
-    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        proj = _main(hf)["feed_forward_proj"]
-        derived = "gelu_new" if proj == "gated-gelu" else proj.split("-")[-1]
-        got = _main(hf).get("dense_act_fn", derived)
-        if got != derived:
-            raise UserError(f"{_main(where)}: dense_act_fn={got!r} with feed_forward_proj={proj!r} is not reproduced "
-                            f"(we compute {derived!r}); the checkpoint cannot be imported without changing its outputs")
-
-    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
-        pass
-
-
-@dataclasses.dataclass(frozen=True)
-class TiedOutput:
-    """T5 v1.0 ties its output layer to the token table (and scales the decoder states by
-    d_model**-0.5); v1.1 and mT5 have an untied `lm_head`: our `model.tie_embeddings`."""
-
-    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        block["tie_embeddings"] = bool(_main(hf)["tie_word_embeddings"])
-
-    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
-        hf["tie_word_embeddings"] = bool(block.get("tie_embeddings", True))
-
-
-@dataclasses.dataclass(frozen=True)
-class PositionTableOffset:
-    """BART's `max_position_embeddings` counts positions; its table has 2 more rows in front
-    (fairseq's offset), so ours is the table's size with `position_offset=2`."""
-
-    offset: int = 2
-
-    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        block["max_position_embeddings"] = _main(hf)["max_position_embeddings"] + self.offset
-        block["position_offset"] = self.offset
-
-    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
-        if cfg.position_offset != self.offset:
-            raise UserError(f"{hf['model_type']} counts positions from {self.offset}; model.position_offset="
-                            f"{cfg.position_offset} has no {hf['model_type']} counterpart")
-        hf["max_position_embeddings"] = cfg.max_position_embeddings - self.offset
-
-
-@dataclasses.dataclass(frozen=True)
-class EndOfText:
-    """GPT-2 begins and ends texts with its `<|endoftext|>`: export names the run tokenizer's id, so
-    HF generation stops where ours does (null without a tokenizer: no id to name)."""
-
-    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        pass
-
-    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
-        eos = tokenizer.eos_id if tokenizer is not None else None
-        hf.update(bos_token_id=eos, eos_token_id=eos)
-
-
-@dataclasses.dataclass(frozen=True)
-class ElectraGenerator:
-    """ELECTRA's generator is a second checkpoint whose width is a fraction of the discriminator's;
-    only the replaced-token discriminator head has an HF counterpart."""
-
-    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        if "generator" in hf:
-            block["generator_fraction"] = _generator_fraction(block, hf["generator"], where["generator"])
-
-    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
-        if block.get("discriminator_head", "rtd") != "rtd":
-            raise UserError("only ELECTRA's replaced-token discriminator head has a Hugging Face counterpart")
-
-
-def _generator_fraction(block: Block, gen: HFConfig, where: str) -> float:
-    """The generator_fraction whose generator has exactly the HF generator's shape."""
-    disc = TransformerConfig(**{k: v for k, v in block.items() if k != "family"})
-    fraction = gen["hidden_size"] / disc.hidden_size
-    ours = generator_config(disc, fraction)
-    expected = {"hidden_size": ours.hidden_size, "num_hidden_layers": ours.num_layers,
-                "num_attention_heads": ours.num_heads, "intermediate_size": ours.intermediate_size,
-                "vocab_size": ours.vocab_size, "embedding_size": ours.embed_dim,
-                "max_position_embeddings": ours.max_position_embeddings}
-    for key, value in expected.items():
-        if gen[key] != value:
-            raise UserError(f"{where}: {key}={gen[key]} but a generator of fraction {fraction:g} of the discriminator "
-                            f"has {value}; our ELECTRA generator cannot take this shape")
-    return fraction
+        if self.untied and not block.get("untie_r", True):
+            raise UserError(f"{hf['model_type']} has relative biases per layer; export needs model.untie_r=True")
+        hf.update({key: block.get(ours, default) for ours, key, default in self.keys}, d_head=cfg.head_dim)
 
 
 def _check_reproducible(record: HFModel, hf: HFConfig, where: str) -> None:

@@ -2,8 +2,9 @@
 
 A table row names a *module* on both sides and its kind. The kind (`KINDS`) says which tensors
 that module holds on each side and how each tensor's layout changes (the rules below). The same
-rows serve import and export, so the two directions cannot drift apart. A model type's layout
-(`Part`s, in `interop/families.py`) says which tables apply under which prefixes; `tensors`
+rows serve import and export, so the two directions cannot drift apart. This module holds the
+tables several families share; one family's own are in its `families/<name>/interop.py`, beside
+its record, whose layout (`Part`s) says which tables apply under which prefixes; `tensors`
 expands it against the parameters a model config builds, so a module the config does not build
 (a pooler, a final norm, a segment table, an embedding projection) has no row, and `{i}` runs
 over the layers that exist.
@@ -82,183 +83,7 @@ BERT_LAYER = (  # BERT, RoBERTa and ELECTRA: `{i}` is the layer index
 )
 BERT_POOLER = (("pooler", "pooler.dense", "dense"),)  # absent from BertForMaskedLM, RobertaForMaskedLM
 
-DISTILBERT_LAYER = (  # the trunk's embeddings are BERT's (`EMBEDDINGS`), without a segment table
-    ("attention_{i}/query", "transformer.layer.{i}.attention.q_lin", "to_heads"),
-    ("attention_{i}/key", "transformer.layer.{i}.attention.k_lin", "to_heads"),
-    ("attention_{i}/value", "transformer.layer.{i}.attention.v_lin", "to_heads"),
-    ("attention_{i}/output", "transformer.layer.{i}.attention.out_lin", "from_heads"),
-    ("attention_{i}/norm", "transformer.layer.{i}.sa_layer_norm", "norm"),
-    ("ffn_{i}/intermediate", "transformer.layer.{i}.ffn.lin1", "dense"),
-    ("ffn_{i}/output", "transformer.layer.{i}.ffn.lin2", "dense"),
-    ("ffn_{i}/norm", "transformer.layer.{i}.output_layer_norm", "norm"),
-)
-
-_ALBERT = "encoder.albert_layer_groups.0.albert_layers.0"
-ALBERT_LAYER = (  # one shared layer, applied num_layers times
-    ("attention_0/query", f"{_ALBERT}.attention.query", "to_heads"),
-    ("attention_0/key", f"{_ALBERT}.attention.key", "to_heads"),
-    ("attention_0/value", f"{_ALBERT}.attention.value", "to_heads"),
-    ("attention_0/output", f"{_ALBERT}.attention.dense", "from_heads"),
-    ("attention_0/norm", f"{_ALBERT}.attention.LayerNorm", "norm"),
-    ("ffn_0/intermediate", f"{_ALBERT}.ffn", "dense"),
-    ("ffn_0/output", f"{_ALBERT}.ffn_output", "dense"),
-    ("ffn_0/norm", f"{_ALBERT}.full_layer_layer_norm", "norm"),
-)
-ALBERT_PROJECTION = (("embeddings_projection", "encoder.embedding_hidden_mapping_in", "dense"),)
-ALBERT_POOLER = (("pooler", "pooler", "dense"),)
-ELECTRA_PROJECTION = (("embeddings_projection", "embeddings_project", "dense"),)  # only when E != H
-
-GPT2_EMBEDDINGS = (
-    ("embeddings/token", "wte", "embedding"),
-    ("embeddings/position", "wpe", "embedding"),
-)
-OPENAI_GPT_EMBEDDINGS = (
-    ("embeddings/token", "tokens_embed", "embedding"),
-    ("embeddings/position", "positions_embed", "embedding"),
-)
-GPT_LAYER = (  # GPT and GPT-2 name a block alike: ln_1 belongs to attention, ln_2 to the MLP
-    ("attention_{i}/norm", "h.{i}.ln_1", "norm"),
-    ("attention_{i}/query", "h.{i}.attn.c_attn", "conv1d_to_heads", (0, 3)),
-    ("attention_{i}/key", "h.{i}.attn.c_attn", "conv1d_to_heads", (1, 3)),
-    ("attention_{i}/value", "h.{i}.attn.c_attn", "conv1d_to_heads", (2, 3)),
-    ("attention_{i}/output", "h.{i}.attn.c_proj", "conv1d_from_heads"),
-    ("ffn_{i}/norm", "h.{i}.ln_2", "norm"),
-    ("ffn_{i}/intermediate", "h.{i}.mlp.c_fc", "conv1d"),
-    ("ffn_{i}/output", "h.{i}.mlp.c_proj", "conv1d"),
-)
-FINAL_NORM = (("final_norm", "ln_f", "norm"),)  # pre-LN only
-
-# T5, T5 v1.1 and mT5: `block.{i}.layer.{j}` numbers the sublayers of a block (self-attention,
-# [cross-attention,] feed-forward); only the first block holds the stack's relative bias table.
-SHARED_TOKENS = (("embeddings/token", "shared", "embedding"),)
-T5_STACK = (
-    ("relative_bias", "block.0.layer.0.SelfAttention.relative_attention_bias", "embedding"),
-    ("final_norm", "final_layer_norm", "norm"),
-)
-T5_SELF_ATTENTION = (
-    ("attention_{i}/norm", "block.{i}.layer.0.layer_norm", "norm"),
-    ("attention_{i}/query", "block.{i}.layer.0.SelfAttention.q", "to_heads"),
-    ("attention_{i}/key", "block.{i}.layer.0.SelfAttention.k", "to_heads"),
-    ("attention_{i}/value", "block.{i}.layer.0.SelfAttention.v", "to_heads"),
-    ("attention_{i}/output", "block.{i}.layer.0.SelfAttention.o", "from_heads"),
-)
-T5_CROSS_ATTENTION = (
-    ("cross_attention_{i}/norm", "block.{i}.layer.1.layer_norm", "norm"),
-    ("cross_attention_{i}/query", "block.{i}.layer.1.EncDecAttention.q", "to_heads"),
-    ("cross_attention_{i}/key", "block.{i}.layer.1.EncDecAttention.k", "to_heads"),
-    ("cross_attention_{i}/value", "block.{i}.layer.1.EncDecAttention.v", "to_heads"),
-    ("cross_attention_{i}/output", "block.{i}.layer.1.EncDecAttention.o", "from_heads"),
-)
-
-
-def t5_ffn(sublayer: int, gated: bool) -> tuple[Row, ...]:
-    """T5's feed-forward block, sublayer 1 of an encoder block and 2 of a decoder block; v1.1's
-    gated form names its two input projections wi_0 (the activated one) and wi_1."""
-    prefix = f"block.{{i}}.layer.{sublayer}"
-    inputs = ((("ffn_{i}/intermediate", f"{prefix}.DenseReluDense.wi_0", "dense"),
-               ("ffn_{i}/intermediate_linear", f"{prefix}.DenseReluDense.wi_1", "dense")) if gated
-              else (("ffn_{i}/intermediate", f"{prefix}.DenseReluDense.wi", "dense"),))
-    return (("ffn_{i}/norm", f"{prefix}.layer_norm", "norm"), *inputs,
-            ("ffn_{i}/output", f"{prefix}.DenseReluDense.wo", "dense"))
-
-
-T5_HEAD = (("lm_head", "lm_head", "dense"),)  # v1.1 and mT5 only: v1.0 ties it to `shared`
-
-BART_EMBEDDINGS = (  # each stack's own position table and norm; the token table is `shared`
-    ("embeddings/position", "embed_positions", "embedding"),
-    ("embeddings/norm", "layernorm_embedding", "norm"),
-)
-BART_LAYER = (
-    ("attention_{i}/query", "layers.{i}.self_attn.q_proj", "to_heads"),
-    ("attention_{i}/key", "layers.{i}.self_attn.k_proj", "to_heads"),
-    ("attention_{i}/value", "layers.{i}.self_attn.v_proj", "to_heads"),
-    ("attention_{i}/output", "layers.{i}.self_attn.out_proj", "from_heads"),
-    ("attention_{i}/norm", "layers.{i}.self_attn_layer_norm", "norm"),
-    ("ffn_{i}/intermediate", "layers.{i}.fc1", "dense"),
-    ("ffn_{i}/output", "layers.{i}.fc2", "dense"),
-    ("ffn_{i}/norm", "layers.{i}.final_layer_norm", "norm"),
-)
-BART_CROSS_ATTENTION = (
-    ("cross_attention_{i}/query", "layers.{i}.encoder_attn.q_proj", "to_heads"),
-    ("cross_attention_{i}/key", "layers.{i}.encoder_attn.k_proj", "to_heads"),
-    ("cross_attention_{i}/value", "layers.{i}.encoder_attn.v_proj", "to_heads"),
-    ("cross_attention_{i}/output", "layers.{i}.encoder_attn.out_proj", "from_heads"),
-    ("cross_attention_{i}/norm", "layers.{i}.encoder_attn_layer_norm", "norm"),
-)
-BART_HEAD = (("final_logits_bias", "final_logits_bias", "row"),)
-
-# Transformer-XL (HF's deprecated TransfoXL with cutoffs=[], div_val=1): the attention's query,
-# key and value are one bias-free Linear `qkv_net`; `o_net` keeps our [H, heads, head_dim] flat.
-TRANSFO_XL_EMBEDDINGS = (("embeddings/token", "word_emb.emb_layers.0", "embedding"),)
-TRANSFO_XL_SHARED_BIASES = (  # untie_r=False: one pair for every layer
-    ("biases/r_w_bias", "r_w_bias", "tensor"),
-    ("biases/r_r_bias", "r_r_bias", "tensor"),
-)
-TRANSFO_XL_LAYER = (
-    ("attention_{i}/query", "layers.{i}.dec_attn.qkv_net", "to_heads", (0, 3)),
-    ("attention_{i}/key", "layers.{i}.dec_attn.qkv_net", "to_heads", (1, 3)),
-    ("attention_{i}/value", "layers.{i}.dec_attn.qkv_net", "to_heads", (2, 3)),
-    ("attention_{i}/position", "layers.{i}.dec_attn.r_net", "to_heads"),
-    ("attention_{i}/output", "layers.{i}.dec_attn.o_net", "heads_to_linear"),
-    ("attention_{i}/biases/r_w_bias", "layers.{i}.dec_attn.r_w_bias", "tensor"),
-    ("attention_{i}/biases/r_r_bias", "layers.{i}.dec_attn.r_r_bias", "tensor"),
-    ("attention_{i}/norm", "layers.{i}.dec_attn.layer_norm", "norm"),
-    ("ffn_{i}/intermediate", "layers.{i}.pos_ff.CoreNet.0", "dense"),
-    ("ffn_{i}/output", "layers.{i}.pos_ff.CoreNet.3", "dense"),
-    ("ffn_{i}/norm", "layers.{i}.pos_ff.layer_norm", "norm"),
-)
-TRANSFO_XL_HEAD = (("output_bias", "crit.out_layers.0.bias", "tensor"),)
-
-# XLNet: the attention's projections are bare [H, heads, head_dim] tensors, as ours.
-XLNET_EMBEDDINGS = (
-    ("embeddings/token", "word_embedding", "embedding"),
-    ("mask_emb", "mask_emb", "tensor"),
-)
-XLNET_LAYER = (
-    ("attention_{i}/query", "layer.{i}.rel_attn.q", "kernel_tensor"),
-    ("attention_{i}/key", "layer.{i}.rel_attn.k", "kernel_tensor"),
-    ("attention_{i}/value", "layer.{i}.rel_attn.v", "kernel_tensor"),
-    ("attention_{i}/position", "layer.{i}.rel_attn.r", "kernel_tensor"),
-    ("attention_{i}/output", "layer.{i}.rel_attn.o", "tensor"),
-    ("attention_{i}/biases/r_w_bias", "layer.{i}.rel_attn.r_w_bias", "tensor"),
-    ("attention_{i}/biases/r_r_bias", "layer.{i}.rel_attn.r_r_bias", "tensor"),
-    ("attention_{i}/biases/r_s_bias", "layer.{i}.rel_attn.r_s_bias", "tensor"),
-    ("attention_{i}/segment", "layer.{i}.rel_attn.seg_embed", "tensor"),
-    ("attention_{i}/norm", "layer.{i}.rel_attn.layer_norm", "norm"),
-    ("ffn_{i}/intermediate", "layer.{i}.ff.layer_1", "dense"),
-    ("ffn_{i}/output", "layer.{i}.ff.layer_2", "dense"),
-    ("ffn_{i}/norm", "layer.{i}.ff.layer_norm", "norm"),
-)
-XLNET_HEAD = (("lm_bias", "lm_loss.bias", "tensor"),)
-
-# MobileBERT: `layer_{i}` holds a whole block (bottlenecks, attention, stacked FFNs); HF numbers
-# the stacked FFNs `ffn.{j}` (num_feedforward_networks - 1 of them; rows for up to 16, the paper
-# stacks 4 in all), and its last FFN is the layer's `intermediate` and `output`.
-MOBILEBERT_EMBEDDINGS = (
-    *EMBEDDINGS[:3],
-    ("embeddings/transformation", "embeddings.embedding_transformation", "dense"),
-    ("embeddings/norm", "embeddings.LayerNorm", "norm"),
-)
-_MB = "encoder.layer.{i}"
-MOBILEBERT_LAYER = (
-    ("layer_{i}/bottleneck", f"{_MB}.bottleneck.input.dense", "dense"),
-    ("layer_{i}/bottleneck_norm", f"{_MB}.bottleneck.input.LayerNorm", "norm"),
-    ("layer_{i}/shared_bottleneck", f"{_MB}.bottleneck.attention.dense", "dense"),
-    ("layer_{i}/shared_bottleneck_norm", f"{_MB}.bottleneck.attention.LayerNorm", "norm"),
-    ("layer_{i}/attention/query", f"{_MB}.attention.self.query", "to_heads"),
-    ("layer_{i}/attention/key", f"{_MB}.attention.self.key", "to_heads"),
-    ("layer_{i}/attention/value", f"{_MB}.attention.self.value", "to_heads"),
-    ("layer_{i}/attention/output", f"{_MB}.attention.output.dense", "from_heads"),
-    ("layer_{i}/attention/norm", f"{_MB}.attention.output.LayerNorm", "norm"),
-    *((f"layer_{{i}}/ffn_{j}/{ours}", f"{_MB}.ffn.{j}.{hf}", kind) for j in range(15)
-      for ours, hf, kind in (("intermediate", "intermediate.dense", "dense"), ("output", "output.dense", "dense"),
-                             ("norm", "output.LayerNorm", "norm"))),
-    ("layer_{i}/ffn_last/intermediate", f"{_MB}.intermediate.dense", "dense"),
-    ("layer_{i}/ffn_last/output", f"{_MB}.output.dense", "dense"),
-    ("layer_{i}/ffn_last/norm", f"{_MB}.output.LayerNorm", "norm"),
-    ("layer_{i}/output_bottleneck", f"{_MB}.output.bottleneck.dense", "dense"),
-    ("layer_{i}/output_bottleneck_norm", f"{_MB}.output.bottleneck.LayerNorm", "norm"),
-)
+SHARED_TOKENS = (("embeddings/token", "shared", "embedding"),)  # T5's and BART's, both stacks' token table
 
 # Heads, relative to the model root on both sides.
 BERT_HEADS = (
@@ -266,38 +91,6 @@ BERT_HEADS = (
     ("mlm/norm", "cls.predictions.transform.LayerNorm", "norm"),
     ("mlm/bias", "cls.predictions.bias", "tensor"),
     ("nsp/dense", "cls.seq_relationship", "dense"),
-)
-MOBILEBERT_HEADS = (
-    ("mlm/transform", "cls.predictions.transform.dense", "dense"),
-    ("mlm/norm", "cls.predictions.transform.LayerNorm", "norm"),
-    ("mlm/extra", "cls.predictions.dense.weight", "tensor"),  # [H - E, vocab] on both sides
-    ("mlm/bias", "cls.predictions.bias", "tensor"),
-    ("nsp/dense", "cls.seq_relationship", "dense"),
-)
-ROBERTA_HEADS = (
-    ("mlm/transform", "lm_head.dense", "dense"),
-    ("mlm/norm", "lm_head.layer_norm", "norm"),
-    ("mlm/bias", "lm_head.bias", "tensor"),
-)
-DISTILBERT_HEADS = (
-    ("mlm/transform", "vocab_transform", "dense"),
-    ("mlm/norm", "vocab_layer_norm", "norm"),
-    ("mlm/bias", "vocab_projector.bias", "tensor"),
-)
-ALBERT_HEADS = (
-    ("mlm/transform", "predictions.dense", "dense"),
-    ("mlm/norm", "predictions.LayerNorm", "norm"),
-    ("mlm/bias", "predictions.bias", "tensor"),
-    ("sop/dense", "sop_classifier.classifier", "dense"),
-)
-DISCRIMINATOR_HEADS = (
-    ("discriminator/dense", "discriminator_predictions.dense", "dense"),
-    ("discriminator/prediction", "discriminator_predictions.dense_prediction", "dense"),
-)
-GENERATOR_HEADS = (
-    ("generator/mlm/transform", "generator_predictions.dense", "dense"),
-    ("generator/mlm/norm", "generator_predictions.LayerNorm", "norm"),
-    ("generator/mlm/bias", "generator_lm_head.bias", "tensor"),
 )
 
 
@@ -429,20 +222,3 @@ def export_state(rows: Iterable[Tensor], params: dict[tuple[str, ...], np.ndarra
     axes = {row.hf: row.fused_axis for row in rows}
     return {source: {name: np.concatenate(p, axis=axes[name]) if len(p) > 1 else p[0] for name, p in state.items()}
             for source, state in parts.items()}
-
-
-# Megatron-BERT (`MegatronBertForPreTraining`): pre-LN, so a layer's norms are its sublayers'
-# inputs' (`attention.ln` before self-attention, the layer's own `ln` before the feed-forward
-# block) and the stack ends in `encoder.ln`. Its embeddings are BERT's without a LayerNorm (the
-# `EMBEDDINGS` norm row finds no tensor of ours), its pooler and heads BERT's.
-MEGATRON_BERT_LAYER = (
-    ("attention_{i}/norm", "encoder.layer.{i}.attention.ln", "norm"),
-    ("attention_{i}/query", "encoder.layer.{i}.attention.self.query", "to_heads"),
-    ("attention_{i}/key", "encoder.layer.{i}.attention.self.key", "to_heads"),
-    ("attention_{i}/value", "encoder.layer.{i}.attention.self.value", "to_heads"),
-    ("attention_{i}/output", "encoder.layer.{i}.attention.output.dense", "from_heads"),
-    ("ffn_{i}/norm", "encoder.layer.{i}.ln", "norm"),
-    ("ffn_{i}/intermediate", "encoder.layer.{i}.intermediate.dense", "dense"),
-    ("ffn_{i}/output", "encoder.layer.{i}.output.dense", "dense"),
-)
-MEGATRON_BERT_FINAL_NORM = (("final_norm", "encoder.ln", "norm"),)

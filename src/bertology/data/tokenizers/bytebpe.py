@@ -54,6 +54,7 @@ class ByteLevelBPETokenizer:
         self._bpe.decoder = decoders.ByteLevel()
         if all(t in self.vocab for t in ROBERTA_SPECIALS):
             self.convention = "roberta"
+            self.hf_class = "RobertaTokenizer"  # the transformers class that gives these ids (an export writes it)
             self.cls_id, self.pad_id, self.sep_id, self.unk_id, self.mask_id = (
                 self.vocab[t] for t in ROBERTA_SPECIALS
             )
@@ -61,6 +62,7 @@ class ByteLevelBPETokenizer:
             specials = ROBERTA_SPECIALS
         elif EOS in self.vocab:
             self.convention = "gpt2"
+            self.hf_class = "GPT2Tokenizer"
             self.eos_id = self.cls_id = self.sep_id = self.pad_id = self.unk_id = self.vocab[EOS]
             self.mask_id = None
             specials = (EOS,)

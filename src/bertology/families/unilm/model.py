@@ -5,7 +5,7 @@ its own self-attention mask and predicting masked tokens under it.
 The network is RoBERTa's (BERT's encoder and MLM head, no NSP head) with six segment types; what
 makes it UniLM is data: each row carries `mask_kind` (an index into `Mask.KINDS`) and, for
 sequence-to-sequence rows, `prefix_length` (the source length), which the core's `Mask` lowers
-per row. Segment ids follow unilm-v1's `--new_segment_ids` (`data.transforms.UNILM_SEGMENTS`):
+per row. Segment ids follow unilm-v1's `--new_segment_ids` (`UNILM_SEGMENTS`, which `data.py` writes):
 0/1 bidirectional, 2 left-to-right, 3 right-to-left, 4/5 source/target.
 
 Because the parameter tree is BERT's (`encoder/...` with the pooler, `mlm/...`), a BERT run or a
@@ -31,12 +31,16 @@ import ml_collections
 import numpy as np
 
 from bertology import objectives
+from bertology.data import masking
 from bertology.data.rows import ShuffledRows
-from bertology.data.transforms import UNILM_SEGMENTS
 from bertology.errors import UserError
 from bertology.families.roberta import model as roberta
 from bertology.models import Family, decoding, encoder_config, flops
 from bertology.models.transformer import Mask
+
+# unilm-v1 `--new_segment_ids` (run_seq2seq.py, type_vocab_size 6): each kind's (first, second)
+# segment id, so the segment embedding also tells the network which LM a row is.
+UNILM_SEGMENTS = {"bidirectional": (0, 1), "left_to_right": (2, 2), "right_to_left": (3, 3), "seq2seq": (4, 5)}
 
 # unilm-v1 `from_pretrained`: the row of BERT's two-row segment table each UniLM row starts from.
 SEGMENT_ROWS_FROM_BERT = (0, 1, 0, 0, 0, 1)
@@ -184,8 +188,6 @@ def mask_targets(rows: dict[str, np.ndarray], rng: np.random.Generator, tokenize
     per row min(max_predictions, max(1, round(prob · target tokens))) positions drawn uniformly
     among the target's tokens (its closing [SEP] included, so the model learns to stop), each
     replaced 80/10/10 by [MASK] / a random token / itself. The source is never masked."""
-    from bertology.data.masking import _corrupt
-
     ids, real = rows["input_ids"], rows["input_mask"] > 0
     slots = np.arange(ids.shape[1])[None]
     target = real & (slots >= rows["prefix_length"][:, None])
@@ -195,8 +197,8 @@ def mask_targets(rows: dict[str, np.ndarray], rng: np.random.Generator, tokenize
     weights = np.arange(max_predictions)[None] < count[:, None]
     positions = np.sort(np.where(weights, order, ids.shape[1]), axis=1)
     positions, weights = np.where(positions < ids.shape[1], positions, 0).astype(np.int32), positions < ids.shape[1]
-    corrupted = _corrupt(ids, positions, weights, rng, vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
-                         special=np.asarray(sorted(tokenizer.special_ids)), mask_prob=0.8, random_prob=0.1)
+    corrupted = masking.corrupt(ids, positions, weights, rng, vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
+                                special=np.asarray(sorted(tokenizer.special_ids)), mask_prob=0.8, random_prob=0.1)
     return {**rows, **corrupted}
 
 

@@ -7,7 +7,7 @@ scopes: `char_embed` (261 rows: char ids 1-261, id 0 being "no word"), `CNN/W_cn
 direction d (0 forward, 1 backward) and layer k
 `RNN_d/RNN/MultiRNNCell/Cellk/LSTMCell/{W_0,B,W_P_0}` (kernel [in + proj, 4·cells] with TF's
 i, j, f, o gate order, bias, projection [cells, proj]). Our parameter trees hold the same arrays
-(`families/elmo/model.py`), so conversion is a table of names and one reshape; files released by AllenNLP
+(`model.py`), so conversion is a table of names and one reshape; files released by AllenNLP
 load with `read`, and `write` produces files the reference's loader reads.
 """
 
