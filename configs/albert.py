@@ -16,6 +16,9 @@ import bertology
 from bertology import recipes
 from bertology.models.presets import ALBERT_SIZES, factorized_preset
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(ALBERT_SIZES)
+
 UNIGRAM_VOCAB = pathlib.Path(bertology.__file__).parent / "data" / "assets" / "unigram_uncased_albert_8k.model"
 
 

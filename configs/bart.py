@@ -29,6 +29,9 @@ from bertology.errors import UserError
 SIZES = {"tiny": (2, 128, 2, 512), "base": (6, 768, 12, 3072), "large": (12, 1024, 16, 4096)}
 POSITION_OFFSET = 2
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(SIZES)
+
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if preset not in SIZES:

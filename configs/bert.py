@@ -13,7 +13,10 @@ lr 1e-4, 10k warmup, 1M steps, AdamW with decay 0.01). Whole-word masking (BERT-
 import ml_collections
 
 from bertology import recipes
-from bertology.models.presets import bert_preset
+from bertology.models.presets import BERT_SIZES, bert_preset
+
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(BERT_SIZES)
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:

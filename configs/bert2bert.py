@@ -19,7 +19,10 @@ Presets: BERT's (tiny, mini, small, medium, base, large), the small recipe for t
 import ml_collections
 
 from bertology import recipes
-from bertology.models.presets import bert_preset
+from bertology.models.presets import BERT_SIZES, bert_preset
+
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(BERT_SIZES)
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:

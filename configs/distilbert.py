@@ -17,7 +17,10 @@ the style of RoBERTa; the reference trains 3 epochs on its corpus).
 import ml_collections
 
 from bertology import recipes
-from bertology.models.presets import bert_preset
+from bertology.models.presets import BERT_SIZES, bert_preset
+
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(BERT_SIZES)
 
 
 def get_config(teacher_preset: str = "base") -> ml_collections.ConfigDict:

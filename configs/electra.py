@@ -21,6 +21,9 @@ from bertology.models.presets import ELECTRA_SIZES, factorized_preset
 
 VARIANTS = {"": "electra", "15": "electra_15", "replace_mlm": "replace_mlm", "all_tokens_mlm": "all_tokens_mlm"}
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(size + (f"_{v}" if v else "") for size in ELECTRA_SIZES for v in VARIANTS)
+
 
 def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     preset, _, variant = arg.partition("_")

@@ -28,17 +28,20 @@ from bertology.data.words import embedded_word_vocab
 from bertology.errors import UserError
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
-PRESETS = {
+SIZES = {
     "tiny": dict(filters=ORIGINAL_FILTERS[:4], n_highway=1, projection_dim=64, lstm_dim=256, words=4096, length=32),
     "small": dict(filters=ORIGINAL_FILTERS[:5], n_highway=2, projection_dim=256, lstm_dim=1024, words=16384, length=20),
     "original": dict(filters=ORIGINAL_FILTERS, n_highway=2, projection_dim=512, lstm_dim=4096, words=32768, length=20),
 }
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(SIZES)
+
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
-    if preset not in PRESETS:
-        raise UserError(f"unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    p = dict(PRESETS[preset])
+    if preset not in SIZES:
+        raise UserError(f"unknown preset {preset!r}; known presets: {', '.join(SIZES)}")
+    p = dict(SIZES[preset])
     if preset == "tiny":  # half of each filter count: 128 in all
         p["filters"] = [[w, n // 2] for w, n in p["filters"]]
     c = recipes.pretraining({}, family="elmo", objective="bilm", paper=preset == "original")

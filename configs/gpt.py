@@ -33,6 +33,9 @@ from bertology.models.presets import bert_preset
 # Each preset's shape is a BERT preset's: GPT-1 and GPT-2 are BERT-base's, GPT-2 medium BERT-large's.
 SHAPES = {"tiny": "tiny", "gpt1": "base", "gpt2": "base", "gpt2_medium": "large"}
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(SHAPES)
+
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if preset not in SHAPES:

@@ -23,6 +23,9 @@ from bertology import recipes
 from bertology.data.words import embedded_word_vocab
 from bertology.families.lstm import model as lstm
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(lstm.PRESETS)
+
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c = recipes.pretraining({}, family="lstm", objective="transfo_xl", paper=False)

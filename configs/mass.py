@@ -26,6 +26,9 @@ from bertology.errors import UserError
 # name: (num_layers, hidden_size, num_heads, intermediate_size)
 SIZES = {"tiny": (2, 128, 2, 512), "base": (6, 1024, 8, 4096)}
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(SIZES)
+
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if preset not in SIZES:

@@ -36,6 +36,9 @@ SIZES = {
     "345m": dict(num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096, vocab_size=29056),
 }
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(SIZES)
+
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if preset not in SIZES:

@@ -34,6 +34,10 @@ from bertology.train.teacher import converted_hf
 TEACHER_SHAPE = ("hidden_size", "num_heads", "intermediate_size", "max_position_embeddings", "layer_norm_eps",
                  "activation")  # what the student copies from the teacher's model block
 
+# The presets get_config takes; tests run each through validation.
+# Student depths: one layer, the default three, and the teacher's six (all-MiniLM-L6-v2).
+PRESETS = ("1", "3", "6")
+
 
 def minilm_teacher() -> str:
     """The run directory of all-MiniLM-L6-v2 converted from the package's local files."""

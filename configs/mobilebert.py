@@ -38,6 +38,10 @@ SIZES = {  # the student; its teacher has num_layers, hidden_size and num_heads 
 }
 STEPS = {"tiny": (100, 400), "base": (10_000, 260_000)}  # (steps per transfer stage, distillation steps)
 
+# The presets get_config takes; tests run each through validation.
+# Each size distils ("tiny") and transfers its first and last layer ("tiny,0", "tiny,1").
+PRESETS = tuple(a for size, s in SIZES.items() for a in (size, f"{size},0", f"{size},{s['num_layers'] - 1}"))
+
 
 def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     preset, _, stage = arg.partition(",")

@@ -14,7 +14,10 @@ import ml_collections
 
 import bertology
 from bertology import recipes
-from bertology.models.presets import bert_preset
+from bertology.models.presets import BERT_SIZES, bert_preset
+
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(BERT_SIZES)
 
 BPE_VOCAB = pathlib.Path(bertology.__file__).parent / "data" / "assets" / "bpe_cased_roberta_8k.model"
 

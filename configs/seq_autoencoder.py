@@ -20,6 +20,9 @@ from bertology import recipes
 from bertology.data.words import embedded_word_vocab
 from bertology.families.lstm import model as lstm
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(lstm.PRESETS)
+
 NO_NOISE = dict(mask=0.0, permute_sentences=0.0, rotate=0.0, insert=0.0)
 
 

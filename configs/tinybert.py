@@ -20,7 +20,10 @@ tinybert.py`, with a teacher fine-tuned on the same task.
 import ml_collections
 
 from bertology import recipes
-from bertology.models.presets import bert_preset
+from bertology.models.presets import BERT_SIZES, bert_preset
+
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(BERT_SIZES)
 
 
 def get_config(teacher_preset: str = "base") -> ml_collections.ConfigDict:

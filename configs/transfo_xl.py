@@ -35,6 +35,9 @@ from bertology.errors import UserError
 # num_layers, hidden_size, num_heads, intermediate_size, segment length = mem_len
 SHAPES = {"tiny": (2, 128, 2, 512, 64), "base": (16, 410, 10, 2100, 150)}
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(SHAPES)
+
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if preset not in SHAPES:

@@ -27,6 +27,7 @@ from bertology import recipes
 from bertology.errors import UserError
 from bertology.models.presets import bert_preset
 
+# The presets get_config takes; tests run each through validation.
 PRESETS = ("tiny", "base", "large")
 
 

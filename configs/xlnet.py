@@ -35,6 +35,9 @@ from bertology.models.presets import bert_preset
 # BERT shape, sequence length, reuse_len, mem_len, num_predict
 SHAPES = {"tiny": ("tiny", 64, 32, 48, 11), "base": ("base", 512, 256, 384, 85), "large": ("large", 512, 256, 384, 85)}
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = tuple(SHAPES)
+
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if preset not in SHAPES:

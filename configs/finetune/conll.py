@@ -9,6 +9,9 @@ micro F1 on the validation file). data.dir defaults to data/conll2003.
 
 from bertology.train.finetune import default_config
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = (None,)
+
 
 def get_config():
     c = default_config("conll2003")

@@ -9,6 +9,9 @@ The rate is the small-model one (tiny encoders want ~1e-3 rather than BERT-base'
 
 from bertology.train.finetune import default_config
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = (None,)
+
 
 def get_config():
     c = default_config("embedded")

@@ -11,6 +11,9 @@ the run writes `int8_params.msgpack` and reports `int8_bytes` against `float32_b
 
 from bertology.train.finetune import default_config
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = ("embedded", "sst2")
+
 
 def get_config(task: str = "embedded"):
     c = default_config(task)

@@ -34,6 +34,10 @@ FAMILIES = ("bart", "t5", "unilm")
 SHAPES = {"embedded": (128, 48, 1, 1.0), "jsonl": (128, 64, 4, 1.0), "cnndm": (512, 128, 4, 2.0),
           "xsum": (512, 64, 6, 1.0)}
 
+# The presets get_config takes; tests run each through validation.
+# A bare <task> is <task>_bart.
+PRESETS = tuple(task + (f"_{family}" if family != "bart" else "") for task in TASKS for family in FAMILIES)
+
 
 def _pretraining_config(family: str) -> ml_collections.ConfigDict:
     path = pathlib.Path(__file__).resolve().parent.parent / f"{family}.py"

@@ -8,6 +8,9 @@ Multiple choice over four endings, as in the BERT paper: lr 2e-5, batch 16, 3 ep
 
 from bertology.train.finetune import default_config
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = (None,)
+
 
 def get_config():
     c = default_config("swag")

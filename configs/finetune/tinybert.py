@@ -15,6 +15,9 @@ layer distillation on augmented data, which this repository does not have (no au
 
 from bertology.train.finetune import default_config
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = ("embedded", "sst2")
+
 
 def get_config(task: str = "embedded"):
     c = default_config(task)

@@ -18,6 +18,9 @@ import pathlib
 
 from bertology.train.finetune import default_config
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = ("embedded", "sst2")
+
 
 def pretraining_config(preset: str):
     """configs/xlnet.py's config: the fine-tuning model is its network."""

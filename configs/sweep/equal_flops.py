@@ -7,6 +7,9 @@ family gets the steps that buy the same FLOPs. Sized for a 2-core CPU in well un
 
 import ml_collections
 
+# The presets get_config takes; tests run each through validation.
+PRESETS = (None,)
+
 
 def get_config():
     c = ml_collections.ConfigDict()

@@ -39,6 +39,7 @@ import json
 import math
 import pathlib
 import sys
+import types
 from typing import Any
 
 import ml_collections
@@ -48,7 +49,6 @@ from bertology import cli, models, validation
 from bertology.errors import UserError
 
 TARGETS = ("classification", "seq2seq")
-SEQ2SEQ_FAMILIES = ("bart", "t5", "unilm")  # finetune/seq2seq.py's; other encoder-decoders are `bart` networks
 # target: (score keys in the fine-tuning results, their table headers); the last is plotted. Perplexity is
 # teacher-forced on the evaluated rows (encoder-decoders only; "—" for UniLM): at a toy budget, where every
 # model may decode one degenerate string, it still ranks the runs.
@@ -74,12 +74,17 @@ def flops_per_token(config: ml_collections.ConfigDict, vocab_size: int) -> float
     return models.flops_per_token(config, nominal=True)
 
 
-def load_config(path: pathlib.Path, *args: str) -> ml_collections.ConfigDict:
-    """`get_config(*args)` of a config file, as `--config path:arg` would load it."""
+def load_module(path: pathlib.Path) -> types.ModuleType:
+    """A config file as a module: its `get_config`, and its `PRESETS` (the arguments that takes)."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config(*args)
+    return module
+
+
+def load_config(path: pathlib.Path, *args: str) -> ml_collections.ConfigDict:
+    """`get_config(*args)` of a config file, as `--config path:arg` would load it."""
+    return load_module(path).get_config(*args)
 
 
 def variants(c: ml_collections.ConfigDict) -> list[Variant]:
@@ -105,6 +110,10 @@ def _load(c: ml_collections.ConfigDict, spec: str) -> ml_collections.ConfigDict:
     if not path.is_file():
         raise UserError(f"sweep config {spec!r}: no file {path}; name a config in {c.configs_dir}/")
     return load_config(path, *([arg] if arg else []))
+
+
+def _presets(c: ml_collections.ConfigDict, file: str) -> tuple:
+    return load_module(pathlib.Path(c.configs_dir) / file).PRESETS
 
 
 def _pretrain_config(c: ml_collections.ConfigDict, spec: str, steps: int, overrides: dict | None = None,
@@ -163,7 +172,9 @@ def _target_config(c: ml_collections.ConfigDict, target: str, family: str,
     if target == "classification":
         fc = _load(c, "finetune/embedded.py")
     else:
-        fc = _load(c, f"finetune/seq2seq.py:embedded_{family if family in SEQ2SEQ_FAMILIES else 'bart'}")
+        # the family's own preset where finetune/seq2seq.py has one, else the default (BART's network, as MASS)
+        own = f"embedded_{family}"
+        fc = _load(c, f"finetune/seq2seq.py:{own if own in _presets(c, 'finetune/seq2seq.py') else 'embedded'}")
     fc.update(c.finetune[target].to_dict())
     fc.init_checkpoint = init
     fc.mesh.shape = tuple(c.mesh_shape)
