@@ -53,10 +53,10 @@ def main(root: str) -> None:
         batch = {"input_ids": rng.integers(1, cfg.vocab_size, (64, 64)).astype(np.int32),
                  "input_mask": np.ones((64, 64), np.int32), "segment_ids": np.zeros((64, 64), np.int32)}
         if int8:
-            model = quantize.QuantizedTaskModel(cfg, "classification", task.num_labels, int8=True)
+            model = quantize.QuantizedTaskModel(cfg, "classification", len(task.labels), int8=True)
             params = quantize.int8_params(params)
         else:
-            model = TaskModel(cfg, "classification", task.num_labels)
+            model = TaskModel(cfg, "classification", len(task.labels))
         f = jax.jit(lambda p, b: model.apply({"params": p}, b)["logits"])
         n = sum(x.size for x in jax.tree.leaves(params))
         nonzero = sum(int((np.asarray(x) != 0).sum()) for x in jax.tree.leaves(params))

@@ -53,6 +53,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             shutil.rmtree(os.environ.pop(DATA_CACHE), ignore_errors=True)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `slow` tests run first. xdist hands out tests in collection order, so a minute-long test
+    collected near the end kept one of the two workers busy while the other sat idle; started
+    first, the short tests fill in behind it."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _cache(monkeypatch):
     """Tokenized corpora and the embedded corpus go to the session's cache, never ~/.cache."""

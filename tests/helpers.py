@@ -147,7 +147,7 @@ def assert_teacher_frozen_while_the_student_trains(config, batch, teacher, expec
         def set_state(self, state):
             pass
 
-    with run_lib.setup(config, workdir, model=models.build(config.model),
+    with run_lib.setup(ml_collections.FrozenConfigDict(config), workdir, model=models.build(config.model),
                        objective=objectives.get(config.objective), example={k: v[:1] for k, v in batch.items()},
                        optimizer=lambda _: optimizer_lib.make(config.optimizer, config.total_steps),
                        teacher=teacher) as run:

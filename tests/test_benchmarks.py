@@ -33,6 +33,7 @@ def test_flops_per_token_of_bert_base_with_the_gathered_head():
     assert models.flops_per_token(config, nominal=True) == pytest.approx(nominal)
 
 
+@pytest.mark.slow
 def test_train_step_against_hugging_face_writes_json_and_markdown(tmp_path):
     row = train_step.main(["--preset", "tiny", "--batch_size", "2", "--seq_len", "16", "--predictions", "2",
                            "--vocab_size", "128", "--steps", "1", "--peak_flops", "1e12", "--out", str(tmp_path)])
@@ -89,6 +90,7 @@ def test_gpt_train_step_against_hugging_face_writes_its_own_table(tmp_path):
     assert not (tmp_path / "train_step.md").exists()  # BERT's table stays BERT's
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["t5", "bart"])
 def test_seq2seq_reference_is_the_same_network_with_the_same_loss(recipe, tmp_path):
     config = train_step.recipe_config(recipe, "tiny", 96, "float32", "none")

@@ -76,7 +76,7 @@ def fit(workdir, steps, **overrides):
     data = stream()
     first = next(data)
     data.set_state({"pass": 0, "offset": 0, "step": 0})
-    with run_lib.setup(config(**overrides), workdir, model=Toy(), objective=TOY,
+    with run_lib.setup(ml_collections.FrozenConfigDict(config(**overrides)), workdir, model=Toy(), objective=TOY,
                        example={"input_ids": first["input_ids"][:1]},
                        optimizer=lambda _: (optax.sgd(0.05), optax.constant_schedule(0.05)),
                        carry={"sum": np.zeros(B, np.float32)}) as run:
@@ -137,7 +137,7 @@ def test_resume_continues_the_carry_exactly(tmp_path):
 def test_evaluation_carries_across_its_batches_from_zero(tmp_path):
     data = stream()
     batches = [{k: v for k, v in next(data).items() if k != "carry_reset"} for _ in range(3)]
-    with run_lib.setup(config(), tmp_path, model=Toy(), objective=TOY, example={"input_ids": batches[0]["input_ids"][:1]},
+    with run_lib.setup(ml_collections.FrozenConfigDict(config()), tmp_path, model=Toy(), objective=TOY, example={"input_ids": batches[0]["input_ids"][:1]},
                        optimizer=lambda _: (optax.sgd(0.05), optax.constant_schedule(0.05)),
                        carry={"sum": np.full(B, 7.0, np.float32)}) as run:
         params = run.state["params"]

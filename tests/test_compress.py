@@ -64,6 +64,7 @@ def test_ranges_follow_their_moving_average_and_are_never_trained():
     np.testing.assert_allclose(params["dense"]["kernel"], 1 - 2 * 0.1 * 0.5)
 
 
+@pytest.mark.slow
 def test_fake_quantized_model_is_near_float_and_int8_inference_equals_it():
     model = qz.QuantizedTaskModel(CFG, "classification", 3)
     params = _init(model)

@@ -147,6 +147,7 @@ def test_electra_mlm_ablations_match_numpy(variant):
     np.testing.assert_allclose(m["disc_loss"], ref, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_discriminator_loss_sends_no_gradient_into_the_generator():
     model, params, batch = _electra_setup()
     loss = objectives.get("electra")
@@ -181,6 +182,7 @@ def test_albert_parameter_counts(preset, paper_millions, tolerance):
     assert abs(count / 1e6 - paper_millions) / paper_millions <= tolerance, count
 
 
+@pytest.mark.slow
 def test_shared_layers_are_one_set_and_their_gradients_are_summed():
     base = dict(vocab_size=30, hidden_size=16, num_layers=3, num_heads=2, intermediate_size=32, dropout_rate=0.0,
                 attention_dropout_rate=0.0)

@@ -16,6 +16,7 @@ import sys
 import time
 
 import jax
+import ml_collections
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
@@ -39,7 +40,7 @@ def fit(workdir, total=STEPS, batches=None, **overrides):
     """Train the bigram LM with Adam to `total` steps in `workdir`, checkpointing every EVERY."""
     batches = batches or Cycle(data())
     c = bigram_config(**{"eval_every": 0, "checkpoint_every": EVERY, "keep_checkpoints": 10, **overrides})
-    with run_lib.setup(c, workdir, model=Bigram(), objective=LM, example={k: v[:1] for k, v in data()[0].items()},
+    with run_lib.setup(ml_collections.FrozenConfigDict(c), workdir, model=Bigram(), objective=LM, example={k: v[:1] for k, v in data()[0].items()},
                        optimizer=lambda _: (optax.adam(0.05), optax.constant_schedule(0.05))) as run:
         return run.fit(batches, total)
 

@@ -6,6 +6,7 @@ import json
 
 import flax.linen as nn
 import jax
+import ml_collections
 import numpy as np
 import optax
 from helpers import BIGRAM_VOCAB as V
@@ -26,7 +27,7 @@ def test_evaluation_weighs_batches_and_derives_perplexity_after(tmp_path):
     rng = np.random.default_rng(0)
     easy, hard = lm_batch(rng, True, weighted_rows=8), lm_batch(rng, False, weighted_rows=1)
     example = {k: v[:1] for k, v in easy.items()}
-    with run_lib.setup(bigram_config(), tmp_path, model=Bigram(), objective=LM, example=example,
+    with run_lib.setup(ml_collections.FrozenConfigDict(bigram_config()), tmp_path, model=Bigram(), objective=LM, example=example,
                        optimizer=lambda _: (optax.sgd(0.1), optax.constant_schedule(0.1))) as run:
         confident = {"Embed_0": {"embedding": np.eye(V, dtype=np.float32) * 4.0}}  # predicts its input token
         got = run.evaluator([easy, hard])(confident)
@@ -44,7 +45,7 @@ def test_evaluation_weighs_batches_and_derives_perplexity_after(tmp_path):
 def test_fit_logs_and_writes_the_objectives_own_metrics(tmp_path, capsys):
     rng = np.random.default_rng(1)
     batches = [lm_batch(rng, False, weighted_rows=w) for w in (8, 3)]
-    with run_lib.setup(bigram_config(), tmp_path, model=Bigram(), objective=LM, example={k: v[:1] for k, v in batches[0].items()},
+    with run_lib.setup(ml_collections.FrozenConfigDict(bigram_config()), tmp_path, model=Bigram(), objective=LM, example={k: v[:1] for k, v in batches[0].items()},
                        optimizer=lambda _: (optax.sgd(0.1), optax.constant_schedule(0.1))) as run:
         out = run.fit(Cycle(batches), 4, run.evaluator(batches))
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("step ")]

@@ -146,6 +146,7 @@ def teacher_forced(config, params, examples: list[dict]) -> tuple[float, float]:
     return float(np.exp(((logz - label) * w).sum() / w.sum())), float(100 * ((label >= top[..., 0]) * w).sum() / w.sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arg", ["embedded", "embedded_t5", "embedded_unilm"])
 def test_tiny_bart_t5_and_unilm_learn_the_embedded_task(arg, tmp_path):
     config = helpers.config("finetune/seq2seq", arg)

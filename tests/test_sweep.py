@@ -78,6 +78,7 @@ def test_bad_variants_are_refused(change, message):
         sweep.plan(config(**change))
 
 
+@pytest.mark.slow
 def test_seq2seq_sweep_end_to_end(tmp_path):
     """Two tiny T5 variants pretrained and fine-tuned; the table's ROUGE columns are the
     fine-tuning runs' own results, and the steps are the plan's."""

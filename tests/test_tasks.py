@@ -14,7 +14,7 @@ from bertology.data.tokenizers import load_tokenizer
 from bertology.errors import UserError
 from bertology.evaluation import conll as conll_metrics
 from bertology.tasks import embedded, encode, qa
-from bertology.tasks.inputs import featurize
+from bertology.tasks.kinds import featurize
 
 
 @pytest.fixture(scope="module")

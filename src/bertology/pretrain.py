@@ -32,9 +32,6 @@ def _main(fv: flags.FlagValues) -> None:
     from bertology.train import distributed
 
     distributed.initialize(fv.coordinator, fv.num_processes, fv.process_id, auto=fv.distributed)
-    from bertology import validation
-
-    validation.check(fv.config)  # before the corpus is tokenized (the run checks again after adopting init_checkpoint)
     from bertology.train.loop import train
     from bertology.train.metrics import log
 

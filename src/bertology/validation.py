@@ -3,9 +3,11 @@
 A bad value caught here ends the run with one line naming the key, the value and the fix, instead
 of a silent run (total_steps=0 trains nothing and exits 0), a crash deep inside the loop or jax
 (batch_size=0, an IndivisibleError), or a workdir left describing a run that never started. Each
-entry point calls `check` first: `bertology.train.run.setup` (so every run gets it), the
-pretraining and fine-tuning entry points before they tokenize anything, and the sweep for every
-config it will generate (`check_sweep`) before its first run.
+run's one resolution step calls `check` once, on the config as the run will use it (the init
+checkpoint's model block and vocabulary adopted), before the corpus is read or the workdir
+written: `bertology.train.loop.resolved` for pretraining, the fine-tuning jobs
+(`bertology.train.finetune`); and the sweep for every config it will generate (`check_sweep`)
+before its first run.
 
 Keys a config does not have are skipped, so one table serves pretraining and fine-tuning configs.
 What the model config itself rejects (layers, heads, activations: `TransformerConfig`) is checked
@@ -207,9 +209,9 @@ def _check_transform(config: ml_collections.ConfigDict) -> None:
         return
     from bertology.data import transforms
 
-    transform = transforms.TRANSFORMS.get(data.get("objective", "mlm"))
-    if transform is not None:
-        transform.validate(config)
+    objective = data.get("objective", "mlm")
+    if objective is not None:  # None names no transform: nothing to check
+        transforms.lookup(objective).validate(config)
 
 
 def _check_batching(config: ml_collections.ConfigDict) -> None:

@@ -18,7 +18,7 @@ import sys
 import sysconfig
 import warnings
 
-from bertology.data.tokenizers.wordpiece import atomic_write
+from bertology.files import atomic_write
 
 DEFAULT_VOCAB: pathlib.Path = pathlib.Path(__file__).parent / "assets" / "wordpiece_uncased_8k.txt"
 # An 8192-token GPT-2-style byte-level BPE (vocab.json + merges.txt) trained on the same corpus.

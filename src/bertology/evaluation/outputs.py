@@ -12,29 +12,22 @@ import json
 import pathlib
 from typing import Any, Sequence
 
+from bertology.files import atomic_write
+
 
 def write_glue_tsv(path: str | pathlib.Path, indices: Sequence[int], predictions: Sequence[Any]) -> pathlib.Path:
     """`index<TAB>prediction` rows; floats (STS-B) with three decimals, labels as given."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     rows = ["index\tprediction"]
     rows += [f"{i}\t{p:.3f}" if isinstance(p, float) else f"{i}\t{p}" for i, p in zip(indices, predictions)]
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return path
+    return atomic_write(path, "\n".join(rows) + "\n")
 
 
 def write_squad_json(path: str | pathlib.Path, predictions: dict[str, str]) -> pathlib.Path:
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(predictions, indent=2, ensure_ascii=False), encoding="utf-8")
-    return path
+    return atomic_write(path, json.dumps(predictions, indent=2, ensure_ascii=False))
 
 
 def write_results(workdir: str | pathlib.Path, results: dict[str, Any]) -> pathlib.Path:
-    path = pathlib.Path(workdir) / "results.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2, sort_keys=True), encoding="utf-8")
-    return path
+    return atomic_write(pathlib.Path(workdir) / "results.json", json.dumps(results, indent=2, sort_keys=True))
 
 
 def summary_table(results: Sequence[dict[str, Any]]) -> str:

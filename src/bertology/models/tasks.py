@@ -29,10 +29,11 @@ import jax.numpy as jnp
 from bertology import models
 from bertology.errors import UserError
 from bertology.models.transformer import Encoder, TransformerConfig, dense, ones, zeros
+from bertology.tasks import kinds
 
 Array = jax.Array
 MODES = models.TASK_MODES
-SEQUENCE_KINDS = ("classification", "regression", "choice")
+INPUTS = ("input_ids", "input_mask", "segment_ids", "char_ids")  # what a trunk reads (char_ids: a character-CNN trunk's)
 
 
 class ScalarMix(nn.Module):
@@ -67,26 +68,27 @@ def check_length(cfg: Any, length: int, option: str) -> None:
 
 
 class TaskModel(nn.Module):
-    """Encoder (params under `encoder`, loadable from pretraining) + one head (under `head`).
-
-    Returns {"logits"} ([batch, labels]; token: [batch, length, labels]; choice: [batch, choices];
-    regression: [batch]) or, for QA, {"start_logits", "end_logits"} ([batch, length]).
+    """Encoder (params under `encoder`, loadable from pretraining) + one head (under `head`) of the
+    task kind `kind` (`bertology.tasks.kinds`): what it reads, and what it returns, e.g. {"logits"}
+    ([batch, labels]; token: [batch, length, labels]; choice: [batch, choices]; regression:
+    [batch]) or, for QA, {"start_logits", "end_logits"} ([batch, length]).
     """
 
     cfg: Any  # the trunk's config: a TransformerConfig, or what its family's `config` gives
     kind: str
-    num_labels: int
+    num_labels: int  # the head's width: `kinds.of(task.kind).width(task)`
     mode: str = "full"
     family: str | None = None  # the family whose `task_trunk` builds the trunk; None: the shared Encoder
 
     @nn.compact
     def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
+        kind = kinds.of(self.kind)
         frozen = self.mode == "features"
         # the heads' layers: a trunk that is not a Transformer gives them BERT's initialisation
         cfg = (self.cfg if isinstance(self.cfg, TransformerConfig)
                else TransformerConfig(vocab_size=self.cfg.vocab_size, dropout_rate=self.cfg.dropout_rate))
-        inputs = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids", "char_ids") if k in batch}
-        choices = inputs["input_ids"].shape[1] if self.kind == "choice" else None
+        inputs = {k: batch[k] for k in INPUTS if k in batch}
+        choices = inputs["input_ids"].shape[1] if kind.choices else None
         if choices:  # [batch, choices, length, ...] -> [batch·choices, length, ...]
             inputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in inputs.items()}
         mask = inputs["input_mask"]
@@ -96,17 +98,8 @@ class TaskModel(nn.Module):
             pooled = masked_mean(sequence, mask)
         else:
             sequence, pooled = out["sequence"], out["pooled"]
-        dropout = nn.Dropout(cfg.dropout_rate)
-        if self.kind == "qa":
-            logits = dense(cfg, 2, ("hidden", None), "head")(sequence).astype(jnp.float32)
-            return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
-        if self.kind == "token":
-            x = dropout(sequence, deterministic=deterministic)
-            return {"logits": dense(cfg, self.num_labels, ("hidden", None), "head")(x).astype(jnp.float32)}
-        x = dropout(pooled, deterministic=deterministic)
+        x = sequence if kind.per_token else pooled
+        if kind.dropout:
+            x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
         logits = dense(cfg, self.num_labels, ("hidden", None), "head")(x).astype(jnp.float32)
-        if choices:
-            return {"logits": logits.reshape(-1, choices)}
-        if self.kind == "regression":
-            return {"logits": logits[:, 0]}
-        return {"logits": logits}
+        return kind.outputs(logits.reshape(-1, choices) if choices else logits)

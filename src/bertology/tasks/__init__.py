@@ -17,13 +17,12 @@ from typing import Any, Callable
 from bertology.errors import UserError
 
 Example = dict[str, Any]
-KINDS = ("classification", "regression", "token", "qa", "choice", "seq2seq")
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
     name: str
-    kind: str  # one of KINDS: picks the head, the loss and the input encoding
+    kind: str  # "seq2seq", or an entry of `kinds.KINDS`: picks the head, the loss and the input encoding
     labels: tuple[str, ...]  # class (or tag) names; () for regression and QA; choices: ("0".."3")
     primary: str  # the metric that summarises the task (sweeps and tables sort by it)
     # (data_dir, cache_dir, log) -> builder.Splits: {split: examples}, and `.reads` {split: builder.Read}
@@ -36,10 +35,6 @@ class Task:
     # split -> submission file name, for the splits written in the leaderboard's format
     submissions: tuple[tuple[str, str], ...] = ()
     version: str = ""  # SQuAD: v1.1 or v2.0
-
-    @property
-    def num_labels(self) -> int:
-        return 1 if self.kind in ("regression", "choice") else len(self.labels)
 
 
 # Task name -> the module of bertology.tasks that defines it (in its TASKS). Only that module is

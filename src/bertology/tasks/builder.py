@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import pathlib
 from typing import Any, Callable, Iterator
 
@@ -26,6 +25,7 @@ import tensorflow_datasets as tfds
 
 from bertology.data.corpus import default_cache_dir
 from bertology.errors import UserError
+from bertology.files import atomic_write
 
 Example = dict[str, Any]
 
@@ -168,9 +168,7 @@ def load(
                 # Another process prepared the same files first (the directory is keyed by their
                 # content) and TFDS's final rename found its copy: read that one.
                 builder = LocalTask(features=features, data_dir=str(data_dir), file_format="array_record")
-        partial = report.with_name(f"{report.name}.{os.getpid()}.tmp")  # atomic: a racing reader sees all or none
-        partial.write_text(json.dumps({s: dataclasses.asdict(r) for s, r in reads.items()}, indent=1))
-        os.replace(partial, report)
+        atomic_write(report, json.dumps({s: dataclasses.asdict(r) for s, r in reads.items()}, indent=1))
     log(f"{name}: " + "; ".join(f"{split} {read.summary()}" for split, read in reads.items()))
     out = {}
     for split in parsers:

@@ -39,12 +39,14 @@ from bertology.data.tokenizers import for_data
 from bertology.data.transforms import seq2seq_rows
 from bertology.errors import UserError
 from bertology.evaluation import outputs
+from bertology.files import atomic_write
 from bertology.generation import decoder_start_id, frame_source, generate
 from bertology.models import layout
 from bertology.models.decoding import decoding_of, require
 from bertology.models.presets import bert_preset
-from bertology.models.tasks import MODES, TaskModel, check_length
-from bertology.tasks.inputs import Features, featurize, predict
+from bertology.models.tasks import INPUTS, MODES, TaskModel, check_length
+from bertology.tasks import kinds
+from bertology.tasks.kinds import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
 from bertology.train import prune as prune_lib
 from bertology.train import quantize as quantize_lib
@@ -53,8 +55,6 @@ from bertology.train import sharding
 from bertology.train.checkpoint import load_params
 from bertology.train.metrics import log
 from bertology.train.teacher import Teacher
-
-MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids", "char_ids")  # char_ids: an ELMo trunk's
 
 
 def default_config(task: str) -> ml_collections.ConfigDict:
@@ -174,21 +174,74 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, str
     return models.encoder_config(config.model), None, tokenizer, str(vocab), config.model.family
 
 
+@dataclasses.dataclass
+class Job:
+    """What a task kind's set-up hands the one driver (`finetune`): the resolved config (the vocabulary
+    filled in, validated, frozen), the network and its loss, the training rows, the optimizer,
+    where the start comes from, how to evaluate within the run, and what to write at the end."""
+
+    config: ml_collections.FrozenConfigDict
+    model: Any
+    objective: objectives.Objective
+    rows: Any  # the training batches (`ShuffledRows`, or a family's own)
+    example: dict[str, np.ndarray]  # one row: the shapes the state is initialised with
+    n_train: int
+    total: int
+    optimizer: Callable[[Any], Any]  # params -> (transformation, learning-rate schedule)
+    start_params: Callable[[Any], Any] | None  # fresh params -> the starting ones (the pretrained trunk)
+    evaluator: Callable[[run_lib.Run], Callable[[Any], dict[str, Any]]]  # run -> params -> {scores, predictions}
+    finish: Callable[[Any, dict[str, Any], pathlib.Path], dict[str, Any]]  # (params, predictions, workdir) -> results
+    described: Callable[[Any], str]  # params -> what the log's first line says the run trains
+    teacher: Teacher | None = None
+
+
 def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> dict[str, Any]:
     """Fine-tune per `config` in `workdir`, resuming from its latest checkpoint; write results.json
-    (and predictions) and return the results. A run stopped by SIGTERM returns {"preempted": True, ...}."""
+    (and predictions) and return the results. A run stopped by SIGTERM returns {"preempted": True, ...}.
+
+    Every task kind runs this one loop; what differs is its `Job`: an encoder with a head
+    (`_encoder_job`, the kinds of `bertology.tasks.kinds`) or a whole seq2seq model (`_seq2seq_job`)."""
     workdir = pathlib.Path(workdir)
     config = ml_collections.ConfigDict(config.to_dict())
     task = tasks.get(config.task)
-    if task.kind == "seq2seq":
-        return finetune_seq2seq(config, workdir, task)
+    job = (_seq2seq_job if task.kind == "seq2seq" else _encoder_job)(config, task)
+    config = job.config
+    t0 = time.time()
+    with run_lib.setup(config, workdir, model=job.model, objective=job.objective, example=job.example,
+                       optimizer=job.optimizer, start_params=job.start_params, teacher=job.teacher) as run:
+        evaluate = job.evaluator(run)
+        latest: dict[str, Any] = {}
+
+        def scores(params) -> dict[str, float]:
+            latest.update(evaluate(params))
+            return latest["scores"]
+
+        log(f"fine-tuning {task.name} ({job.described(run.state['params'])}) from "
+            f"{config.init_checkpoint or 'scratch'}: {job.n_train} training rows, {job.total} steps of {config.batch_size}")
+        results = _results(run, run.fit(job.rows, job.total, scores), task, config, latest, evaluate, workdir, t0)
+    if results.get("preempted"):
+        return results
+    results = {**results, **job.finish(run.state["params"], latest["predictions"], workdir)}
+    outputs.write_results(workdir, results)
+    return {**results, "params": run.state["params"], "predictions": latest["predictions"]}
+
+
+def _training_splits(config: ml_collections.ConfigDict, task: tasks.Task) -> dict[str, list[tasks.Example]]:
+    splits = task.load(config.data.dir, config.data.cache_dir, log=log)
+    if not splits.get("train"):
+        raise UserError(f"task {task.name} has no training examples; check its files under data.dir")
+    return splits
+
+
+def _encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
+    """An encoder (pretrained, or fresh from `model`) under the task kind's head."""
     if config.mode not in MODES:
         raise UserError(f"mode={config.mode!r} is unknown; use one of {MODES}")
-    validation.check(config)
     cfg, pretrained, tokenizer, vocab, family = _encoder(config)
     record = models.family(family)
     task_inputs = record.task_inputs
     config.data.vocab = vocab
+    validation.check(config)
     modes = record.task_modes
     if config.mode not in modes:
         raise UserError(f"the {family} trunk fine-tunes with mode {' or '.join(modes)}, not {config.mode}; "
@@ -201,9 +254,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
         raise UserError(f"optimizer.layerwise_lr_decay needs a layered Transformer trunk, not {family}'s; set it to 1.0")
     check_length(cfg, config.data.max_seq_length, "data.max_seq_length")
 
-    splits = task.load(config.data.dir, config.data.cache_dir, log=log)
-    if not splits.get("train"):
-        raise UserError(f"task {task.name} has no training examples; check its files under data.dir")
+    splits = _training_splits(config, task)
     feats = {s: featurize(task, splits[s], tokenizer, config.data) for s in splits}
     if task_inputs is not None:  # ELMo: word rows read through their characters (`elmo.task_inputs`)
         for f in feats.values():
@@ -236,16 +287,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     teacher = task_teacher(config, task)
     objective = objectives.get("finetune" if teacher is None else
                                {"name": "tinybert", "stage": "prediction", "temperature": config.distill_temperature})
-    t0 = time.time()
-    with run_lib.setup(
-        config, workdir,
-        model=model,
-        objective=objective,
-        example={k: v[:1] for k, v in train_arrays.items() if k in MODEL_INPUTS},
-        optimizer=optimizer,
-        start_params=None if pretrained is None else with_pretrained,
-        teacher=teacher,
-    ) as run:
+
+    def evaluator(run: run_lib.Run) -> Callable[[Any], dict[str, Any]]:
         apply = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True))
 
         def evaluate(params) -> dict[str, Any]:
@@ -257,28 +300,24 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
                     prefix = "" if len(task.eval_splits) == 1 else f"{split}_"
                     scores.update({prefix + k: v for k, v in task.score(splits[split], preds[split]).items()})
             return {"scores": scores, "predictions": preds}
+        return evaluate
 
-        latest: dict[str, Any] = {}
-
-        def scores(params) -> dict[str, float]:
-            latest.update(evaluate(params))
-            return latest["scores"]
-
-        params = run.state["params"]
+    def described(params: Any) -> str:
         n_params = sum(x.size for x in jax.tree.leaves(params))
         trains = jax.tree.leaves(trainable_mask(params, config.mode))
-        n_train_params = sum(x.size for x, t in zip(jax.tree.leaves(params), trains) if t)
-        log(f"fine-tuning {task.name} ({task.kind}, mode {config.mode}, {n_train_params / 1e6:.2f}M of "
-            f"{n_params / 1e6:.2f}M params trained) from {config.init_checkpoint or 'scratch'}: "
-            f"{n_train} training rows, {total} steps of {config.batch_size}")
-        rows = ShuffledRows({k: v for k, v in train_arrays.items() if k != "word_index"}, config.batch_size, config.seed)
-        results = _results(run, run.fit(rows, total, scores), task, config, latest, evaluate, workdir, t0)
-    if results.get("preempted"):
-        return results
-    _write_predictions(task, splits, latest["predictions"], workdir)
-    results = {**results, **_compression(run.state["params"], config, plan, record.layer_index, workdir)}
-    outputs.write_results(workdir, results)
-    return {**results, "params": run.state["params"], "predictions": latest["predictions"]}
+        n_trained = sum(x.size for x, t in zip(jax.tree.leaves(params), trains) if t)
+        return f"{task.kind}, mode {config.mode}, {n_trained / 1e6:.2f}M of {n_params / 1e6:.2f}M params trained"
+
+    def finish(params: Any, predictions: dict[str, Any], workdir: pathlib.Path) -> dict[str, Any]:
+        kinds.write(task, splits, predictions, workdir)
+        return _compression(params, config, plan, record.layer_index, workdir)
+
+    return Job(config=ml_collections.FrozenConfigDict(config), model=model, objective=objective,
+               rows=ShuffledRows({k: v for k, v in train_arrays.items() if k != "word_index"}, config.batch_size,
+                                 config.seed),
+               example={k: v[:1] for k, v in train_arrays.items() if k in INPUTS}, n_train=n_train, total=total,
+               optimizer=optimizer, start_params=None if pretrained is None else with_pretrained, evaluator=evaluator,
+               finish=finish, described=described, teacher=teacher)
 
 
 def steps_and_optimizer(config: ml_collections.ConfigDict, n_train: int) -> tuple[int, ml_collections.ConfigDict]:
@@ -295,13 +334,13 @@ def task_model(cfg: Any, family: str, task: tasks.Task, mode: str, quantize: str
                grad_accum_steps: int = 1) -> TaskModel:
     """The fine-tuning network of a `family` trunk: a `TaskModel`, quantization-aware for `quantize="int8"`."""
     if quantize == "none":
-        return TaskModel(cfg, task.kind, task.num_labels, mode, family)
+        return TaskModel(cfg, task.kind, kinds.of(task.kind).width(task), mode, family)
     if quantize != "int8":
         raise UserError(f"quantize={quantize!r} is unknown; use 'none' or 'int8'")
     if grad_accum_steps != 1:
         raise UserError("quantize='int8' measures activation ranges per step and cannot accumulate microbatches; "
                         "set grad_accum_steps=1")
-    return quantize_lib.QuantizedTaskModel(cfg, task.kind, task.num_labels, mode, family)
+    return quantize_lib.QuantizedTaskModel(cfg, task.kind, kinds.of(task.kind).width(task), mode, family)
 
 
 def task_teacher(config: ml_collections.ConfigDict, task: tasks.Task) -> Teacher | None:
@@ -417,22 +456,20 @@ def _weighted_batches(arrays: dict[str, np.ndarray], batch_size: int) -> list[di
     return batches
 
 
-def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, task: tasks.Task) -> dict[str, Any]:
-    """`finetune` for a seq2seq task: teacher-forced training with the seq2seq objective
-    (`label_smoothing`), evaluation by generation (`generation.*`: num_beams, length_penalty,
-    max_new_tokens, default data.max_target_length) on the first `eval_examples` of each
-    evaluation split, scored by the task (ROUGE-1/2/L/Lsum, BLEU). An encoder-decoder is also scored
-    teacher-forced on the same examples (`perplexity`, `token_accuracy`): a toy-budget model that
-    decodes one degenerate string for every source still ranks by them. A UniLM model instead trains
-    as the paper fine-tunes it: `[CLS] source [SEP] target [SEP]` under the sequence-to-sequence
-    mask, MLM on `data.target_mask_prob` (default 0.7) of the target tokens, at most
-    `data.max_predictions_per_seq` (default the target length) per row; it decodes at a [MASK]
-    after the tokens so far, ending at [SEP]."""
+def _seq2seq_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
+    """A seq2seq task: teacher-forced training with the seq2seq objective (`label_smoothing`),
+    evaluation by generation (`generation.*`: num_beams, length_penalty, max_new_tokens, default
+    data.max_target_length) on the first `eval_examples` of each evaluation split, scored by the
+    task (ROUGE-1/2/L/Lsum, BLEU). An encoder-decoder is also scored teacher-forced on the same
+    examples (`perplexity`, `token_accuracy`): a toy-budget model that decodes one degenerate
+    string for every source still ranks by them. A family with its own seq2seq training (UniLM:
+    `[CLS] source [SEP] target [SEP]` under the sequence-to-sequence mask, MLM on
+    `data.target_mask_prob` of the target tokens) trains and decodes its way."""
     if config.mode != "full":
         raise UserError(f"mode={config.mode!r}: seq2seq tasks fine-tune the whole model; use mode=full")
-    validation.check(config)
     model, family, pretrained, tokenizer, vocab, start = _seq2seq_model(config)
     config.data.vocab = vocab
+    validation.check(config)
     source_length, target_length = config.data.max_seq_length, config.data.get("max_target_length", 64)
     options = dict(config.get("generation", {}))
     generation_options = dict(num_beams=options.get("num_beams", 1), length_penalty=options.get("length_penalty", 1.0),
@@ -443,9 +480,7 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
         generation_options["mask_id"] = tokenizer.mask_id
     if way.takes_start:
         generation_options["decoder_start_id"] = start
-    splits = task.load(config.data.dir, config.data.cache_dir, log=log)
-    if not splits.get("train"):
-        raise UserError(f"task {task.name} has no training examples; check its files under data.dir")
+    splits = _training_splits(config, task)
     if family.seq2seq_training is not None:  # the family's own (UniLM's masked targets)
         rows, objective, example = family.seq2seq_training(config, tokenizer, splits["train"], source_length,
                                                            target_length)
@@ -461,12 +496,8 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
         split: _weighted_batches(seq2seq_arrays(splits[split][:eval_examples], tokenizer, source_length, target_length,
                                                 start), config.eval_batch_size)
         for split in task.eval_splits}
-    t0 = time.time()
-    with run_lib.setup(
-        config, workdir, model=model, objective=objective, example=example,
-        optimizer=lambda params: optimizer_lib.make(opt_cfg, total),
-        start_params=None if pretrained is None else (lambda fresh: merge_pretrained(fresh, pretrained, config.init_checkpoint)),
-    ) as run:
+
+    def evaluator(run: run_lib.Run) -> Callable[[Any], dict[str, Any]]:
         teacher_forced = {split: run.evaluator(batches) for split, batches in held_out.items()}
 
         def evaluate(params) -> dict[str, Any]:
@@ -481,22 +512,20 @@ def finetune_seq2seq(config: ml_collections.ConfigDict, workdir: pathlib.Path, t
                     m = teacher_forced[split](params)
                     scores.update({prefix + "perplexity": m["perplexity"], prefix + "token_accuracy": 100 * m["lm_accuracy"]})
             return {"scores": scores, "predictions": preds}
+        return evaluate
 
-        latest: dict[str, Any] = {}
+    def finish(params: Any, predictions: dict[str, Any], workdir: pathlib.Path) -> dict[str, Any]:
+        for split, texts in predictions.items():
+            atomic_write(workdir / f"predictions_{split}.txt", "".join(t.replace("\n", " ") + "\n" for t in texts))
+        return {}
 
-        def scores(params) -> dict[str, float]:
-            latest.update(evaluate(params))
-            return latest["scores"]
-
-        n_params = sum(x.size for x in jax.tree.leaves(run.state["params"]))
-        log(f"fine-tuning {task.name} (seq2seq, {n_params / 1e6:.2f}M params) from {config.init_checkpoint or 'scratch'}: "
-            f"{n_train} training rows, {total} steps of {config.batch_size}")
-        results = _results(run, run.fit(rows, total, scores), task, config, latest, evaluate, workdir, t0)
-    if results.get("preempted"):
-        return results
-    for split, texts in latest["predictions"].items():
-        (workdir / f"predictions_{split}.txt").write_text("".join(t.replace("\n", " ") + "\n" for t in texts))
-    return {**results, "params": run.state["params"], "predictions": latest["predictions"]}
+    return Job(config=ml_collections.FrozenConfigDict(config), model=model, objective=objective, rows=rows,
+               example=example, n_train=n_train, total=total,
+               optimizer=lambda params: optimizer_lib.make(opt_cfg, total),
+               start_params=None if pretrained is None else (
+                   lambda fresh: merge_pretrained(fresh, pretrained, config.init_checkpoint)),
+               evaluator=evaluator, finish=finish,
+               described=lambda params: f"seq2seq, {sum(x.size for x in jax.tree.leaves(params)) / 1e6:.2f}M params")
 
 
 def _generate_texts(model: Any, params: Any, examples: list[dict], tokenizer: Any, source_length: int,
@@ -531,7 +560,7 @@ def _record(steps: dict[int, dict[str, float]], log_every: int, total: int) -> t
 
 def _outputs(apply: Callable, params: Any, features: Features, batch_size: int, shard: Callable) -> dict[str, np.ndarray]:
     """The model's outputs for every row, in fixed-size batches (the last padded, then trimmed)."""
-    arrays = {k: v for k, v in features.arrays.items() if k in MODEL_INPUTS}
+    arrays = {k: v for k, v in features.arrays.items() if k in INPUTS}
     n = len(arrays["input_ids"])
     chunks = []
     for start in range(0, n, batch_size):
@@ -539,14 +568,3 @@ def _outputs(apply: Callable, params: Any, features: Features, batch_size: int, 
         out = apply(params, shard({k: v[rows] for k, v in arrays.items()}))
         chunks.append({k: np.asarray(v)[: min(batch_size, n - start)] for k, v in jax.device_get(out).items()})
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-
-
-def _write_predictions(task: tasks.Task, splits: dict, predictions: dict, workdir: pathlib.Path) -> None:
-    """Leaderboard files: GLUE TSVs for the test splits present, SQuAD JSON for every QA split."""
-    for split, name in task.submissions:
-        if split in predictions:
-            preds = [float(p) if task.kind == "regression" else task.labels[int(p)] for p in predictions[split]]
-            outputs.write_glue_tsv(workdir / "submission" / name, [e["idx"] for e in splits[split]], preds)
-    if task.kind == "qa":
-        for split, preds in predictions.items():
-            outputs.write_squad_json(workdir / f"predictions_{split}.json", preds)

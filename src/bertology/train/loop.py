@@ -25,7 +25,7 @@ import ml_collections
 import numpy as np
 from etils import epath
 
-from bertology import models, objectives
+from bertology import models, objectives, validation
 from bertology.data import corpus as corpus_lib
 from bertology.data import lanes, pipeline, transforms
 from bertology.data.embedded import embedded_corpus_path
@@ -76,6 +76,26 @@ def adopt_teacher(config: ml_collections.ConfigDict) -> teacher_lib.Teacher | No
     if config.data.vocab is None:
         config.data.vocab = teacher.config["data"]["vocab"]
     return teacher
+
+
+def resolved(config: ml_collections.ConfigDict) -> tuple[ml_collections.FrozenConfigDict, Any, Callable[[Any], Any] | None,
+                                                       teacher_lib.Teacher | None]:
+    """The pretraining config as the run will use it: the init checkpoint's model block and vocab,
+    the teacher's vocab, the vocabulary's path and size filled in; validated once and frozen, so
+    that what config.json records is what every later step reads. Also the tokenizer, the init
+    checkpoint's `start(fresh)` (or None) and the teacher (or None)."""
+    config = ml_collections.ConfigDict(config.to_dict())  # our own copy, filled in below
+    start = adopt_init_checkpoint(config)
+    teacher = adopt_teacher(config)
+    vocab_path, tokenizer = run_lib.resolve_vocab(config)
+    teacher_vocab = None if teacher is None else models.encoder_config(teacher.config["model"]).vocab_size
+    if teacher is not None and teacher_vocab != config.model.vocab_size:
+        raise UserError(f"teacher_checkpoint {config.teacher_checkpoint} has a {teacher_vocab}-token "
+                        f"vocabulary but the student's has {config.model.vocab_size}; unset data.vocab to use the "
+                        "teacher's")
+    config.data.vocab = str(vocab_path)
+    validation.check(config)
+    return ml_collections.FrozenConfigDict(config), tokenizer, start, teacher
 
 
 def shuffled_data(config: ml_collections.ConfigDict, tokenizer: Any,
@@ -157,16 +177,8 @@ def prepared(config: ml_collections.ConfigDict,
     """The set-up run of `config` in `workdir` (resumed from its latest checkpoint, else fresh),
     its training stream and its held-out batches: what `train` and `evaluate` share."""
     workdir = epath.Path(workdir)
-    config = ml_collections.ConfigDict(config.to_dict())  # our own copy: vocab_size may be filled in
-    start = adopt_init_checkpoint(config)
-    teacher = adopt_teacher(config)
-    vocab_path, tokenizer = run_lib.resolve_vocab(config)
-    teacher_vocab = None if teacher is None else models.encoder_config(teacher.config["model"]).vocab_size
-    if teacher is not None and teacher_vocab != config.model.vocab_size:
-        raise UserError(f"teacher_checkpoint {config.teacher_checkpoint} has a {teacher_vocab}-token "
-                        f"vocabulary but the student's has {config.model.vocab_size}; unset data.vocab to use the "
-                        "teacher's")
-    config.data.vocab = str(vocab_path)
+    config, tokenizer, start, teacher = resolved(config)
+    vocab_path = pathlib.Path(config.data.vocab)
     corpus = config.data.corpus or embedded_corpus_path()
     docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log,
                                      progress=jax.process_index() == 0)  # documents stay on disk, read by index

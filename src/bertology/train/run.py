@@ -62,10 +62,10 @@ import numpy as np
 import optax
 from etils import epath
 
-from bertology import validation
 from bertology.data.embedded import DEFAULT_VOCAB
 from bertology.data.tokenizers import for_data
 from bertology.errors import UserError
+from bertology.files import atomic_write
 from bertology.objectives import Objective, Terms
 from bertology.train import sharding
 from bertology.train.checkpoint import DIVERGENCE_HINT, Checkpointer, check_shapes
@@ -122,9 +122,7 @@ def write_config(config: ml_collections.ConfigDict, workdir: epath.Path) -> None
         if is_remote(workdir):
             (workdir / "config.json").write_text(text)
         else:
-            tmp = workdir / "config.json.tmp"
-            tmp.write_text(text)
-            os.replace(tmp, workdir / "config.json")
+            atomic_write(workdir / "config.json", text)
 
 
 def check_config_drift(config: ml_collections.ConfigDict, workdir: epath.Path) -> None:
@@ -341,11 +339,11 @@ class Preemption:
             self._previous(signal.SIGTERM, None)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class Run:
     """A set-up run (see `setup`); `state` is the current train state."""
 
-    config: ml_collections.ConfigDict
+    config: ml_collections.FrozenConfigDict
     mesh: jax.sharding.Mesh
     rules: sharding.Rules
     key: jax.Array
@@ -491,8 +489,11 @@ def setup(
     `eval_model`: the network held-out evaluation runs on the trained parameters (None: `model`),
     with `eval_carry` its initial carry in `carry`'s form (None: it carries nothing); without an
     `eval_model` evaluation starts from zeros shaped like `carry`.
+    `config` is the resolved one (filled in, validated and frozen by the caller: `loop.resolved`,
+    the fine-tuning jobs); it is written to the workdir as it is.
     """
-    validation.check(config)
+    if not isinstance(config, ml_collections.FrozenConfigDict):
+        raise TypeError("run.setup takes the resolved, frozen config (ml_collections.FrozenConfigDict)")
     workdir = epath.Path(workdir)
     with locked(workdir), contextlib.ExitStack() as cleanup:
         mesh, rules = sharding.make_mesh(config.mesh), sharding.rules_for(config.mesh)
@@ -566,8 +567,9 @@ def setup(
         writer = MetricsWriter(workdir, after_step=0 if resumed is None else resumed[0])
         cleanup.callback(writer.close)
         cleanup.callback(checkpointer.wait)
-        yield Run(config, mesh, rules, key, objective, state, lambda s, b, k: jitted_train(s, b, k, *frozen),
-                  lambda p, b, c: jitted_eval(p, b, c, *frozen), checkpointer, writer, data_state,
-                  frozen[0] if frozen else None,
-                  None if eval_carry is None else jax.device_put(jax.tree.map(np.asarray, eval_carry),
-                                                                 eval_carry_shardings))
+        yield Run(config=config, mesh=mesh, rules=rules, key=key, objective=objective, state=state,
+                  train_step=lambda s, b, k: jitted_train(s, b, k, *frozen),
+                  eval_step=lambda p, b, c: jitted_eval(p, b, c, *frozen), checkpointer=checkpointer,
+                  writer=writer, data_state=data_state, teacher_params=frozen[0] if frozen else None,
+                  zero_carry=None if eval_carry is None else jax.device_put(jax.tree.map(np.asarray, eval_carry),
+                                                                            eval_carry_shardings))

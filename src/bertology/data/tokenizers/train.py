@@ -33,10 +33,10 @@ from bertology.data.tokenizers.wordpiece import (
     MAX_INPUT_CHARS_PER_WORD,
     SPECIAL_TOKENS,
     BasicTokenizer,
-    atomic_write,
     write_vocab,
 )
 from bertology.errors import UserError
+from bertology.files import atomic_write
 
 KINDS = ("wordpiece", "unigram", "bpe", "bytebpe")
 _SUFFIX = {"wordpiece": ".txt", "unigram": ".model", "bpe": ".model"}  # bytebpe writes a directory

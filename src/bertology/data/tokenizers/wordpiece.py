@@ -20,13 +20,13 @@ import functools
 import os
 import pathlib
 import re
-import tempfile
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from bertology.errors import UserError
+from bertology.files import atomic_write
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -228,18 +228,3 @@ class WordPieceTokenizer:
 def write_vocab(tokens: Sequence[str], path: str | os.PathLike) -> pathlib.Path:
     """Write one token per line, BERT's vocab.txt format."""
     return atomic_write(path, "".join(t + "\n" for t in tokens).encode("utf-8"))
-
-
-def atomic_write(path: str | os.PathLike, data: bytes) -> pathlib.Path:
-    """Write via a temporary file and a rename, so readers never see a partial file."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
