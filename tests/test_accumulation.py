@@ -89,7 +89,7 @@ def case(name):
             batch["labels"] = np.where(labelled, rng.integers(0, 5, (B, L)), -1).astype(np.int32)
         model = TaskModel(cfg, name, {"classification": 3, "token": 5}.get(name, 1))
         spec = "finetune"
-    params = nn.meta.unbox(model.init(jax.random.key(1), batch)["params"])
+    params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(1), batch)["params"])
     if name.startswith("electra") or name.endswith("_mlm"):
         params = confident_generator(params)
     return model, params, batch, objectives.get(spec)

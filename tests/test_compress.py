@@ -36,7 +36,7 @@ def _batch(seed=0):
 
 
 def _init(model, seed=0):
-    return nn.meta.unbox(model.init(jax.random.key(seed), _batch())["params"])
+    return nn.meta.unbox(jax.jit(model.init)(jax.random.key(seed), _batch())["params"])
 
 
 # --- Q8BERT ------------------------------------------------------------------------------------------
@@ -71,10 +71,14 @@ def test_fake_quantized_model_is_near_float_and_int8_inference_equals_it():
     assert params["encoder"]["attention_0"]["query"][qz.RANGE] == 0  # a range beside every kernel
     batch = _batch()
     # ranges as training leaves them: the moving averages of the max |x| the model saw
-    grads = jax.grad(lambda p: model.apply({"params": p}, batch)["logits"].sum())(params)
+    grads = jax.jit(jax.grad(lambda p: model.apply({"params": p}, batch)["logits"].sum()))(params)
     params = jax.tree.map(lambda p, g, r: g if r else p, params, grads, qz.is_range(params))
-    fake = np.asarray(model.apply({"params": params}, batch)["logits"])
-    plain = np.asarray(TaskModel(CFG, "classification", 3).apply({"params": params}, batch)["logits"])
+
+    def logits(net, p):  # jitted: op by op these forward passes took most of the test's half minute
+        return np.asarray(jax.jit(lambda q: net.apply({"params": q}, batch)["logits"])(p))
+
+    fake = logits(model, params)
+    plain = logits(TaskModel(CFG, "classification", 3), params)
     assert np.abs(fake - plain).max() < 0.05 * np.abs(plain).max()  # 8 bits lose a little ...
     assert np.abs(fake - plain).max() > 0  # ... and something
 
@@ -82,7 +86,7 @@ def test_fake_quantized_model_is_near_float_and_int8_inference_equals_it():
     kernel = int8["encoder"]["ffn_0"]["intermediate"]["kernel"]
     assert kernel.dtype == jnp.int8 and int(jnp.abs(kernel.astype(jnp.int32)).max()) == 127
     assert int8["encoder"]["embeddings"]["token"]["embedding"].dtype == jnp.int8
-    got = np.asarray(qz.QuantizedTaskModel(CFG, "classification", 3, int8=True).apply({"params": int8}, batch)["logits"])
+    got = logits(qz.QuantizedTaskModel(CFG, "classification", 3, int8=True), int8)
     np.testing.assert_allclose(got, fake, rtol=1e-5, atol=1e-6)
     # a quarter of the bytes for every table and kernel, plus one float32 scale each
     tables = [w for path, w in jax.tree_util.tree_leaves_with_path(params) if path[-1].key in ("kernel", "embedding")]

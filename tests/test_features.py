@@ -95,7 +95,7 @@ def _random_params(config) -> dict:
     n = config.data.max_seq_length
     batch = {k: np.zeros((1, n), np.int32) for k in ("input_ids", "segment_ids", "input_mask", "masked_positions")}
     batch.update(perm_mask=np.zeros((1, n, n), np.float32), target_mapping=np.zeros((1, 1, n), np.float32))  # XLNet's
-    return nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])
+    return nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch)["params"])
 
 
 def test_rows_longer_than_the_position_table_are_refused_in_one_line(pretrained, tmp_path):

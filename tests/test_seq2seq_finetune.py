@@ -138,7 +138,7 @@ def teacher_forced(config, params, examples: list[dict]) -> tuple[float, float]:
 
     model, _, _, tokenizer, _, start = _seq2seq_model(config)
     rows = seq2seq_arrays(examples, tokenizer, config.data.max_seq_length, config.data.max_target_length, start)
-    logits = np.asarray(model.apply({"params": params}, rows)["logits"], np.float64)
+    logits = np.asarray(jax.jit(lambda p, r: model.apply({"params": p}, r)["logits"])(params, rows), np.float64)
     top = logits.max(-1, keepdims=True)
     logz = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
     label = np.take_along_axis(logits, rows["targets"][..., None], -1)[..., 0]

@@ -315,8 +315,8 @@ def test_scanned_stack_equals_unscanned(causal, remat):
         out = model.apply({"params": p}, batch)
         return jnp.sum(out["sequence"] ** 2) + sum(jnp.sum(x) for x in out["layers"])
 
-    a, ga = jax.value_and_grad(lambda p: loss(make(cfg), p))(params)
-    b, gb = jax.value_and_grad(lambda p: loss(make(scanned_cfg), p))(scanned)
+    a, ga = jax.jit(jax.value_and_grad(lambda p: loss(make(cfg), p)))(params)
+    b, gb = jax.jit(jax.value_and_grad(lambda p: loss(make(scanned_cfg), p)))(scanned)
     np.testing.assert_allclose(a, b, rtol=1e-6)
     scale = max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ga))  # key biases' gradients are rounding noise
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6 * scale), stack_layers(ga, 3), gb)

@@ -7,6 +7,7 @@ batches, a Hugging Face BERT run under the same hand-built masks as a 3-D attent
 full-recompute greedy decoder.
 """
 
+import functools
 import types
 
 import flax.linen as nn
@@ -339,7 +340,13 @@ def full_recompute(model, params, ids, mask, targets):
     batch = unilm.seq2seq_batch(jnp.asarray(seq), jnp.asarray(seq_mask), jnp.asarray(positions), source_length,
                                 jnp.arange(seq.shape[1]))
     batch["masked_positions"] = jnp.full((rows, 1), seq.shape[1] - 1, jnp.int32)
-    return np.asarray(jax.nn.log_softmax(model.apply({"params": params}, batch)["mlm_logits"][:, 0]))
+    return np.asarray(_next_log_probs(model, params, batch))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _next_log_probs(model, params, batch):
+    """Jitted: one program per sequence length, where op-by-op dispatch took most of a minute."""
+    return jax.nn.log_softmax(model.apply({"params": params}, batch)["mlm_logits"][:, 0])
 
 
 @pytest.fixture(scope="module")
