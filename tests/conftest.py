@@ -54,9 +54,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The `slow` tests run first. xdist hands out tests in collection order, so a minute-long test
-    collected near the end kept one of the two workers busy while the other sat idle; started
-    first, the short tests fill in behind it."""
+    """The `slow` tests run first, so that the short ones fill in behind them: a minute-long test
+    collected near the end kept one of the two workers busy while the other sat idle. (The
+    Makefile's `--dist worksteal` lets an idle worker take the other's queued tests; xdist's
+    default scheduler hands each worker a fixed first share, which would be all the slow ones.)"""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
