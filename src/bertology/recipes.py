@@ -40,6 +40,9 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         layer_norm_eps=1e-12,
         initializer_range=0.02,
         dtype="float32",
+        # xla | cudnn | splash | auto: the attention kernel (models/attention.py); cudnn and splash
+        # take no attention dropout, so their recipes set attention_dropout_rate=0 (MosaicBERT's)
+        attention_backend="xla",
         remat="none",
         share_layers="none",  # none | all | attention | ffn (ALBERT's cross-layer sharing)
         activation="gelu",  # gelu (erf) | gelu_tanh

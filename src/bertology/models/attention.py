@@ -1,29 +1,128 @@
-"""The one softmax attention every family runs through: `attend`.
+"""The one softmax attention every family runs through: `attend`, on one of several backends.
 
 Families differ in how they project queries, keys and values and in what they add to q·k (T5's
 bucket bias, Transformer-XL's and XLNet's position, content-bias and segment terms), never in
-the softmax attention itself. So that part lives here once, and a faster backend (a fused
-kernel, a TPU splash kernel) replaces it in one place for every family.
+the softmax attention itself. So that part lives here once, and a faster backend replaces it in
+one place for every family.
 
 The score-term hook is `bias`: a family's extra terms arrive as one additive [1|batch, heads,
 queries, keys] array, already multiplied by whatever the family scales them with, so that the
 softmax runs over `scale · q·k + bias`. Keeping the extra terms out of q·k lets a fused kernel
 still do the big product, and an additive bias is what those kernels accept.
 
-Without dropout on the probabilities the fused `jax.nn.dot_product_attention` runs; with it the
-softmax is written out (the kernel has no dropout), a causal square in blocks of queries. The
-dropout is the caller's own callable, so each family keeps its random stream: the core's hashed
-`Dropout`, XL's and XLNet's flax `nn.Dropout`.
+Backends (`model.attention_backend`; `choose` is the whole rule, a pure function):
+- `xla`: `jax.nn.dot_product_attention`'s XLA path over a boolean mask, every mask kind. With
+  dropout on the probabilities the softmax is written out (no kernel drops them), a causal square
+  in blocks of queries; the dropout is the caller's own callable, so each family keeps its random
+  stream (the core's hashed `Dropout`, XL's and XLNet's flax `nn.Dropout`).
+- `cudnn`: cuDNN's fused flash attention (NVIDIA GPUs, bfloat16/float16). Padding becomes key
+  lengths and a causal square `is_causal`, so no [batch, 1, L, L] array is read; packed documents
+  and the other kinds go in as a boolean mask, which cuDNN reads as an additive bias (JAX's
+  internal packed layout, segment offsets and lengths, gave wrong gradients on an H100 with
+  jax 0.11.2 / cuDNN 9.19 while its forward pass was right, so it is not used).
+- `splash`: the Pallas TPU splash-attention kernel; padding and packed documents become segment
+  ids, a causal square its causal mask object. It has no bias and no per-row masks. Off TPU it
+  runs in Pallas interpret mode, which is how the CPU tests run it.
+- `auto`: the fastest of those that serve the mask kind on this platform (cudnn on GPU, splash on
+  TPU), else `xla`, with one logged line saying why.
+
+Neither kernel drops attention probabilities (JAX's private cuDNN dropout takes a fixed seed, so
+it would drop the same entries every step): a run asking for `cudnn`/`splash` with attention
+dropout is refused with the fix (attention dropout 0, MosaicBERT's recipe, or `xla`), and `auto`
+keeps `xla` for it. The fused kernels treat the keys' padding as right-aligned (real keys first),
+as every batch this codebase builds is; outputs at padded query positions are unspecified (no
+loss reads them) and differ between backends.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
+from bertology.errors import UserError
+
 Array = jax.Array
+
+BACKENDS = ("xla", "cudnn", "splash", "auto")
+_SPLASH_BLOCK = 128  # splash's block sizes are multiples of 128 (TPU lanes); lengths are padded to them
+
+
+@flax.struct.dataclass
+class FusedMask:
+    """A mask in the fused kernels' vocabulary: segment ids, a query sees the keys of its own
+    segment (0 marks a padding key), plus a causal square. `kind` names the mask for messages
+    ("padding", "packed", "causal", "packed causal"; kinds with no segment form, such as
+    "prefix", "per-row kinds", "explicit" or "cached decoding", have `query` None and run on xla).
+    """
+
+    kind: str = flax.struct.field(pytree_node=False)
+    query: Array | None = None  # [batch, queries] int
+    key: Array | None = None  # [batch, keys] int, 0: padding
+    causal: bool = flax.struct.field(pytree_node=False, default=False)
+
+    @property
+    def packed(self) -> bool:
+        return self.kind in ("packed", "packed causal")
+
+
+GENERAL = FusedMask(kind="general")  # a mask given only as a boolean array (a family's own attention)
+
+
+def choose(requested: str, *, platform: str, dtype: str, head_dim: int, mask: FusedMask | None, bias: bool,
+           dropout: bool) -> tuple[str, str]:
+    """(backend, why not the fused one) for one attention: the whole dispatch rule.
+
+    `requested` is `model.attention_backend`; `platform` jax's ("cpu", "gpu", "tpu"); `mask` None
+    asks about the run as a whole (its config: any mask a kernel takes). An explicit
+    `cudnn`/`splash` that cannot serve raises `UserError` naming the fix; `auto` falls back to
+    `xla` with the reason ("" when nothing fell back)."""
+    if requested not in BACKENDS:
+        raise UserError(f"model.attention_backend={requested!r} is unknown; use one of {BACKENDS}")
+    if requested == "xla":
+        return "xla", ""
+    candidates = [requested] if requested != "auto" else {"gpu": ["cudnn"], "tpu": ["splash"]}.get(platform, [])
+    if not candidates:
+        return "xla", f"no fused attention kernel on {platform}"
+    backend = candidates[0]
+    why = _cannot(backend, platform=platform, dtype=dtype, head_dim=head_dim, mask=mask, bias=bias,
+                  dropout=dropout, strict=requested == "auto")
+    if not why:
+        return backend, ""
+    if requested == "auto":
+        return "xla", f"{backend} {why}"
+    raise UserError(f"model.attention_backend={requested!r} {why}; use model.attention_backend='auto' (falls back to "
+                    "'xla') or 'xla'" + (", or set model.attention_dropout_rate=0 (MosaicBERT's recipe)" if dropout else ""))
+
+
+def _cannot(backend: str, *, platform: str, dtype: str, head_dim: int, mask: FusedMask | None, bias: bool,
+            dropout: bool, strict: bool) -> str:
+    """Why `backend` cannot serve this attention ("" if it can). `strict` (auto): also where it
+    could but would not be faster (cuDNN with a mask it reads as a bias, or a learned bias)."""
+    if dropout:
+        return "cannot drop attention probabilities (model.attention_dropout_rate > 0 while training)"
+    if backend == "cudnn":
+        if platform != "gpu":
+            return f"needs an NVIDIA GPU (this process runs on {platform})"
+        if dtype not in ("bfloat16", "float16"):
+            return f"runs bfloat16 or float16 only (model.dtype={dtype!r}; set model.dtype='bfloat16')"
+        if head_dim % 8 or head_dim > 256:
+            return f"needs a head width that is a multiple of 8 and at most 256 (it is {head_dim})"
+        if strict and mask is not None and mask.query is None:
+            return f"takes the {mask.kind} mask only as a dense bias, no faster than xla"
+        if strict and bias:
+            return "would need the gradient of a learned score bias, which cuDNN supports only partly"
+        return ""
+    if platform == "gpu":
+        return "is the Pallas TPU kernel; on an NVIDIA GPU use 'cudnn'"
+    if mask is not None and mask.query is None:
+        return f"has no form for the {mask.kind} mask (its masks are segment ids and a causal square)"
+    if bias:
+        return "takes no additive score bias (T5's buckets, Transformer-XL's and XLNet's position terms)"
+    return ""
 
 
 def causal_blocks(length: int) -> int:
@@ -49,7 +148,8 @@ def scores(q: Array, k: Array, bias: Array | None = None, scale: float | None = 
 
 def attend(q: Array, k: Array, v: Array, *, allowed: Array | None = None, is_causal: bool = False,
            bias: Array | None = None, scale: float | None = None,
-           dropout: Callable[[Array], Array] | None = None) -> Array:
+           dropout: Callable[[Array], Array] | None = None, backend: str = "xla",
+           fused: FusedMask = GENERAL) -> Array:
     """softmax(scale · q·k + bias, over the allowed keys) · v, in [batch, length, heads, head_dim].
 
     - `allowed`: boolean, broadcastable to [batch, heads, queries, keys]; `is_causal` further
@@ -58,14 +158,115 @@ def attend(q: Array, k: Array, v: Array, *, allowed: Array | None = None, is_cau
     - `bias`: the family's additive score terms (see the module docstring), pre-scaled;
     - `scale`: None for 1/sqrt(head width), else the factor (1.0: T5's unscaled q·k);
     - `dropout`: applied to the float32 probabilities (cast inside it if the draw should see the
-      compute dtype); None means no dropout, and the fused kernel runs.
+      compute dtype); None means no dropout;
+    - `backend`: `model.attention_backend` (see the module docstring); `fused` the same mask in
+      the fused kernels' vocabulary (`Mask.fused`), GENERAL where there is only `allowed`.
 
-    A query with no allowed key gets the mean of all values (a uniform softmax), on both paths.
+    On xla, a query with no allowed key gets the mean of all values (a uniform softmax).
     """
+    chosen, why = choose(backend, platform=jax.default_backend(), dtype=str(jnp.dtype(q.dtype)), head_dim=q.shape[-1],
+                         mask=fused, bias=bias is not None, dropout=dropout is not None)
+    if chosen == "cudnn":
+        chosen, why = _probe_cudnn(backend, _signature(q, k, v, allowed, is_causal, bias, scale, fused))
+    if why:
+        _log_once(f"attention: {why}; running xla")
+    if chosen == "cudnn":
+        return _cudnn(q, k, v, allowed, is_causal, bias, scale, fused)
+    if chosen == "splash":
+        return _splash(q, k, v, scale, fused)
     if dropout is None:
         return jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype),
                                             mask=allowed, is_causal=is_causal, scale=scale)
     return _explicit(q, k, v, allowed, is_causal, bias, scale, dropout)
+
+
+@functools.cache
+def _log_once(line: str) -> None:
+    """One line per distinct fallback (every layer traces the same attention)."""
+    if jax.process_index() == 0:
+        print(line, flush=True)
+
+
+def _cudnn(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bool, bias: Array | None,
+           scale: float | None, fused: FusedMask) -> Array:
+    """cuDNN flash attention: key lengths and `is_causal` for the kinds that have them, else the
+    boolean mask at full [batch, 1, queries, keys] (cuDNN's bias must span both lengths)."""
+    lengths, mask = None, None
+    if fused.query is not None and not fused.packed:
+        lengths = jnp.sum(fused.key > 0, axis=-1, dtype=jnp.int32)
+        is_causal = fused.causal
+    elif allowed is not None:
+        mask = jnp.broadcast_to(allowed, (q.shape[0], 1, q.shape[1], k.shape[1]))
+    return jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype), mask=mask,
+                                        is_causal=is_causal, scale=scale, key_value_seq_lengths=lengths,
+                                        implementation="cudnn")
+
+
+def _signature(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bool, bias: Array | None,
+               scale: float | None, fused: FusedMask) -> tuple:
+    """What `_probe_cudnn` compiles: the shapes and dtypes of one attention call, hashable."""
+    spec = lambda x: None if x is None else jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
+    return (spec(q), spec(k), spec(v), spec(allowed), is_causal, spec(bias), scale, fused.kind, fused.causal,
+            spec(fused.query), spec(fused.key))
+
+
+@functools.cache
+def _probe_cudnn(requested: str, signature: tuple) -> tuple[str, str]:
+    """Compile the cuDNN attention of this signature, forward and backward, before the run does:
+    unsupported combinations fail at compile time ("No valid engine configs"), not at trace time,
+    so without the probe they would fail inside the first step's compile with a long trace.
+    (backend, why): `auto` falls back to xla; an explicit `cudnn` stops with the error's first line."""
+    q, k, v, allowed, is_causal, bias, scale, kind, causal, query, key = signature
+    has = lambda x: x is not None  # noqa: E731
+
+    def loss(q, k, v, allowed, bias, query, key):
+        fused = FusedMask(kind=kind, query=query, key=key, causal=causal)
+        out = _cudnn(q, k, v, allowed, is_causal, bias, scale, fused)
+        return jnp.sum(out.astype(jnp.float32))
+
+    args = [x if has(x) else None for x in (q, k, v, allowed, bias, query, key)]
+    try:
+        jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(*args).compile()
+    except Exception as e:  # noqa: BLE001 - any compile failure means: this kernel cannot run it
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        if requested == "auto":
+            return "xla", f"cudnn failed to compile this attention ({first})"
+        raise UserError(f"model.attention_backend='cudnn' cannot compile this attention ({first}); use "
+                        "model.attention_backend='auto' (falls back to 'xla') or 'xla'") from None
+    return "cudnn", ""
+
+
+def _splash(q: Array, k: Array, v: Array, scale: float | None, fused: FusedMask) -> Array:
+    """The Pallas splash kernel, per example (it takes [heads, length, head_dim]), on lengths
+    padded to its block multiple: padded keys get a segment no query has, padded queries one no
+    key has (their outputs are sliced away)."""
+    batch, qlen, heads, width = q.shape
+    klen = k.shape[1]
+    qpad, kpad = -qlen % _SPLASH_BLOCK, -klen % _SPLASH_BLOCK
+    q = q * jnp.asarray(width ** -0.5 if scale is None else scale, q.dtype)
+    q_seg = jnp.pad(fused.query.astype(jnp.int32), ((0, 0), (0, qpad)), constant_values=-1)
+    k_seg = jnp.pad(fused.key.astype(jnp.int32), ((0, 0), (0, kpad)), constant_values=-2)
+    heads_first = lambda x, pad: jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)  # noqa: E731
+    kernel = _splash_kernel(heads, qlen + qpad, klen + kpad, fused.causal, jax.default_backend() != "tpu")
+    from jax.experimental.pallas.ops.tpu.splash_attention import SegmentIds
+    out = jax.vmap(lambda q, k, v, qs, ks: kernel(q, k, v, segment_ids=SegmentIds(q=qs, kv=ks)))(
+        heads_first(q, qpad), heads_first(k, kpad), heads_first(v, kpad), q_seg, k_seg)
+    return out.transpose(0, 2, 1, 3)[:, :qlen].astype(v.dtype)
+
+
+@functools.cache
+def _splash_kernel(heads: int, qlen: int, klen: int, causal: bool, interpret: bool) -> Callable:
+    """One splash kernel per shape and mask (building one processes the mask's blocks in numpy).
+    Blocks: the largest of 512, 256, 128 that divides both lengths (bigger blocks keep the TPU's
+    matrix unit busier; at these lengths every one fits in its memory)."""
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+    block = next(b for b in (512, 256, 128) if qlen % b == 0 and klen % b == 0)
+    sizes = sa.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+                          block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
+    shape = (qlen, klen)
+    mask = sa.MultiHeadMask([sa.CausalMask(shape) if causal else sa.FullMask(shape)] * heads)
+    with jax.ensure_compile_time_eval():  # its mask tables are constants, not values of the trace that asks first
+        return sa.make_splash_mha(mask, head_shards=1, q_seq_shards=1, block_sizes=sizes, interpret=interpret)
 
 
 def _explicit(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bool, bias: Array | None,

@@ -239,7 +239,7 @@ class RelativeAttention(nn.Module):
 
         def stream(q: Array, mask: Array) -> Array:
             bias = self.score_terms(q, k, r, biases, segment, segments)
-            return attend(q, k, v, allowed=mask[:, None], bias=bias, dropout=dropout)
+            return attend(q, k, v, allowed=mask[:, None], bias=bias, dropout=dropout, backend=cfg.attention_backend)
 
         h_out = sublayer_output(cfg, h, output(stream(query(h), allowed)), norm, deterministic)
         if g is None:

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from bertology.errors import UserError
-from bertology.models.attention import attend, scores
+from bertology.models.attention import GENERAL, FusedMask, attend, choose, scores
 
 Array = jax.Array
 
@@ -84,6 +84,7 @@ class TransformerConfig:
     scale_embeddings: bool = False  # token embeddings x sqrt(embedding width) (BART's scale_embedding)
     activation_dropout_rate: float = 0.0  # dropout after the feed-forward non-linearity (BART's activation_dropout)
     init_scheme: str = "bert"  # bert: truncated normal(initializer_range) | fan_in: Mesh TF's (T5), see `init`
+    attention_backend: str = "xla"  # xla | cudnn | splash | auto: the kernel `attention.attend` runs (its docstring)
 
     def __post_init__(self):
         if self.num_layers < 1:
@@ -107,6 +108,10 @@ class TransformerConfig:
         ):
             if getattr(self, name) not in allowed:
                 raise UserError(f"model.{name}={getattr(self, name)!r} is unknown; use one of {allowed}")
+        # an explicit fused backend this platform, dtype, head width or dropout rules out stops here,
+        # before anything is written, not at the first step's trace
+        choose(self.attention_backend, platform=jax.default_backend(), dtype=self.dtype, head_dim=self.head_dim,
+               mask=None, bias=False, dropout=self.attention_dropout_rate > 0)
         if self.dtype not in ("float32", "bfloat16"):
             raise UserError(f"model.dtype={self.dtype!r} is unknown; use float32 or bfloat16")
         if self.scan_layers and self.share_layers != "none":
@@ -278,6 +283,25 @@ class Mask:
         if prefix is not None:
             visible = visible | (key_pos[None, None, :] < prefix[:, None, None])
         return allowed & visible[:, None], False
+
+    def fused(self, queries: int, rows: Array | None = None) -> FusedMask:
+        """The mask in the fused kernels' vocabulary (`attention.FusedMask`): segment ids for
+        padding (real keys 1, padding 0) and packed documents, a causal square; `queries` is the
+        number of queries (a cross-attention's differ from its keys). Kinds that are not a
+        restriction by segment and a causal square come back without segments and run on xla."""
+        for kind, present in (("explicit", self.explicit is not None), ("per-row kinds", self.kinds is not None),
+                              ("prefix", self.causal and self.prefix is not None),
+                              ("cached decoding", self.causal and rows is not None)):
+            if present:
+                return FusedMask(kind=kind)
+        if self.documents is None:
+            key = self.keys.astype(jnp.int32)
+            query = jnp.ones((self.keys.shape[0], queries), jnp.int32)
+            return FusedMask(kind="causal" if self.causal else "padding", query=query, key=key, causal=self.causal)
+        key = jnp.where(self.keys, self.documents, 0).astype(jnp.int32)
+        query = self.documents if rows is None else jnp.take_along_axis(self.documents, rows, axis=1)
+        return FusedMask(kind="packed causal" if self.causal else "packed", query=query.astype(jnp.int32), key=key,
+                         causal=self.causal)
 
     def _per_row_kinds(self, rows: Array | None) -> Array:
         """[batch, queries, keys] visibility of each row's kind (see the class docstring)."""
@@ -464,7 +488,9 @@ class Attention(nn.Module):
         if not (deterministic or cfg.attention_dropout_rate == 0.0):  # dropout needs the written-out softmax
             drop = Dropout(cfg.attention_dropout_rate)
             dropout = lambda probs: drop(probs.astype(q.dtype), deterministic=False)  # noqa: E731
-        ctx = attend(q, k, v, allowed=allowed, is_causal=is_causal, bias=bias, scale=scale, dropout=dropout)
+        fused = GENERAL if cfg.attention_backend == "xla" else mask.fused(q.shape[1], rows)
+        ctx = attend(q, k, v, allowed=allowed, is_causal=is_causal, bias=bias, scale=scale, dropout=dropout,
+                     backend=cfg.attention_backend, fused=fused)
         ctx = nn.with_logical_constraint(ctx, ("batch", "length", "heads", "kv"))
         out = HeadsDense(cfg, to_heads=False, scale=residual_scale(cfg), name="output")(ctx)
         return sublayer_output(cfg, x, out, norm, deterministic)
@@ -648,7 +674,8 @@ class Embeddings(nn.Module):
         if cfg.positions == "absolute":
             x = x + self.position(positions)
         if cfg.type_vocab_size:
-            x = x + self.segment(segment_ids)
+            x = x + (self.segment(segment_ids) if jax.default_backend() == "cpu"
+                     else one_hot_lookup(self.segment.embedding.astype(x.dtype), segment_ids))
         if cfg.embedding_norm:
             x = self.norm(x)
         return self.dropout(x, deterministic=deterministic)
@@ -656,6 +683,16 @@ class Embeddings(nn.Module):
     def attend(self, x: Array) -> Array:
         """Logits against the token table: the output layer tied to the input embeddings."""
         return self.token.attend(x)
+
+
+def one_hot_lookup(table: Array, ids: Array) -> Array:
+    """table[ids] as a one-hot product: the same values (one nonzero term per output), but the
+    table's gradient becomes a small matmul instead of a scatter-add. For the segment table (2
+    rows) that scatter sends every token's gradient into the same 2 rows, which GPUs serialise:
+    on one H100 it was half of BERT-base's step (14 of 26 ms at 32×128, 30 of 59 ms at 32×512,
+    `benchmarks.accelerator --profile`). CPUs scatter fast, so the CPU path keeps the gather
+    (and its exact gradient summation order)."""
+    return jnp.einsum("...t,te->...e", jax.nn.one_hot(ids, table.shape[0], dtype=table.dtype), table)
 
 
 def inputs(batch: dict[str, Array]) -> tuple[Array, Array, Array]:

@@ -43,7 +43,7 @@ import ml_collections
 
 from bertology.errors import UserError
 from bertology.models import Family, encoder_config, flops, layout, transformer_config
-from bertology.models.attention import attend, scores
+from bertology.models.attention import GENERAL, attend, scores
 from bertology.models.heads import ClassifierHead, add_vocab_bias
 from bertology.models.transformer import (
     Dropout,
@@ -192,7 +192,8 @@ class Attention(nn.Module):
         drop = Dropout(cfg.attention_dropout_rate)  # built even when unused: the output dropout's name follows it
         dropout = (None if deterministic or cfg.attention_dropout_rate == 0.0
                    else lambda probs: drop(probs.astype(q.dtype), deterministic=False))
-        ctx = attend(q, k, v, allowed=allowed, dropout=dropout)
+        fused = GENERAL if cfg.attention_backend == "xla" else mask.fused(q.shape[1], rows)
+        ctx = attend(q, k, v, allowed=allowed, dropout=dropout, backend=cfg.attention_backend, fused=fused)
         out = HeadsDense(_width(cfg, width, d), to_heads=False, name="output")(ctx)
         if not b.use_bottleneck:
             out = Dropout(cfg.dropout_rate)(out, deterministic=deterministic)

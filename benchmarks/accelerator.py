@@ -1,0 +1,314 @@
+"""Train-step speed on the accelerator at hand: ours against Hugging Face PyTorch, taking turns.
+
+    python -m benchmarks.accelerator [--cases bert128,bert512,bert512_xla,gpt2,t5] [--steps 10]
+                                     [--profile] [--out runs/benchmarks]
+    python -m benchmarks.accelerator --smoke      # tiny shapes, float32, CPU: seconds (CI runs it)
+
+The cases are BERT-base (MLM + NSP) at 32×128 and 32×512, GPT-2 124M at 16×1024 and T5-base at
+32×512→128, bf16 compute over float32 weights, each with `model.attention_backend=auto` (the
+fastest kernel for its mask on this platform: cuDNN on NVIDIA GPUs, splash on TPU) and BERT 32×512
+also with `xla`, to show what the kernel buys. The fused kernels take no attention dropout, so
+the BERT and GPT cases run their recipe with attention dropout 0 (MosaicBERT's; hidden dropout
+stays 0.1); T5, whose bucket bias keeps it on xla, keeps its own. The reference runs the same
+config. Each case's step and the reference's
+(`benchmarks.reference_torch`: transformers with SDPA attention, bf16 autocast, the same AdamW
+step and clipping) alternate step by step, so a clock or load change hits both alike.
+
+Printed and written (`--out/accelerator.md`, one JSON line per case in `accelerator.jsonl`):
+tokens/s (T5: source tokens), MFU = tokens/s × our counted training FLOPs per token (the README's
+counter, `models.flops_per_token`) / the chip's dense bf16 peak (`PEAK`, or --peak_flops), the
+ratio to PyTorch, the setup time (trace, probe and compile) apart from the step time, peak device
+memory (ours: XLA's plan for the step, arguments + temporaries; theirs: PyTorch's allocator
+peak), and the versions. Compiles go through JAX's persistent cache (--cache_dir), so a second
+run on the same machine skips them. `--profile` traces three steps of ours per case with
+jax.profiler and prints where the device time went (kernel classes and the top kernels).
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before jax starts: leave device memory for PyTorch, which runs in the same process.
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import gzip  # noqa: E402
+import json  # noqa: E402
+import pathlib  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections import Counter  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from benchmarks import report  # noqa: E402
+from benchmarks.train_step import ours, random_batch, recipe_config  # noqa: E402
+from benchmarks.train_step_gpt import causal_batch  # noqa: E402
+from benchmarks.train_step_seq2seq import seq2seq_batch  # noqa: E402
+from bertology import models  # noqa: E402
+
+# Dense bf16 peak FLOP/s by device kind (vendor datasheets; without sparsity).
+PEAK = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12,
+        "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6": 918e12}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    recipe: str  # configs/<recipe>.py
+    preset: str
+    batch: int
+    length: int
+    target: int = 0  # seq2seq target length
+    predictions: int = 0  # BERT's gathered MLM positions
+    backend: str = "auto"
+    vocab: int = 0  # 0: the recipe's released vocabulary
+    fused_recipe: bool = True  # attention dropout 0, as the fused kernels need; False: the recipe's own
+
+    @property
+    def kind(self) -> str:
+        return {"bert": "bert", "gpt": "gpt2", "t5": "t5"}[self.recipe]
+
+
+CASES = (
+    Case("bert128", "bert", "base", 32, 128, predictions=20, vocab=30522),
+    Case("bert512", "bert", "base", 32, 512, predictions=80, vocab=30522),
+    Case("bert512_xla", "bert", "base", 32, 512, predictions=80, vocab=30522, backend="xla"),
+    Case("gpt2", "gpt", "gpt2", 16, 1024, vocab=50257),
+    # T5's learned bucket bias keeps it on xla (`attention.choose`), so it keeps its recipe's dropout
+    Case("t5", "t5", "base", 32, 512, target=128, vocab=32128, fused_recipe=False),
+)
+SMOKE = (
+    Case("bert128", "bert", "tiny", 2, 128, predictions=20, vocab=512),
+    Case("gpt2", "gpt", "tiny", 2, 64, vocab=512),
+    Case("t5", "t5", "tiny", 2, 64, target=16, vocab=512, fused_recipe=False),
+)
+
+
+def peak_flops(kind: str) -> float | None:
+    """The dense bf16 peak of a jax device kind ("NVIDIA H100 80GB HBM3", "TPU v5p"), or None."""
+    return next((peak for name, peak in PEAK.items() if name in kind), None)
+
+
+def versions() -> dict[str, str]:
+    """jax, jaxlib and CUDA/cuDNN as jax sees them; torch and transformers."""
+    out = {"jax": jax.__version__, "backend": jax.default_backend(), "device": jax.devices()[0].device_kind}
+    try:
+        from jax._src.lib import cuda_versions
+
+        if cuda_versions is not None:
+            out["cudnn"] = str(cuda_versions.cudnn_get_version())
+            out["cuda_runtime"] = str(cuda_versions.cuda_runtime_get_version())
+    except (ImportError, AttributeError, RuntimeError):
+        pass
+    try:
+        import torch
+        import transformers
+
+        out["torch"], out["transformers"] = torch.__version__, transformers.__version__
+        out["torch_cudnn"] = str(torch.backends.cudnn.version())
+    except ImportError:
+        out["torch"] = "absent"
+    return out
+
+
+def config_of(case: Case, dtype: str) -> Any:
+    """The case's run config: the recipe's preset, bf16 (or `dtype`), no remat, attention dropout
+    0 where the case runs a fused kernel, the case's backend and shapes."""
+    config = recipe_config(case.recipe, case.preset, case.vocab, dtype, "none")
+    config.model.attention_backend = case.backend
+    if case.fused_recipe:
+        config.model.attention_dropout_rate = 0.0
+    config.data.max_seq_length = case.length
+    if case.predictions:
+        config.data.max_predictions_per_seq = case.predictions
+    if case.target:
+        config.data.max_target_length = case.target
+    return config
+
+
+def batch_of(case: Case, config: Any) -> dict[str, np.ndarray]:
+    if case.recipe == "bert":
+        return random_batch(models.encoder_config(config.model), case.batch, case.length, case.predictions)
+    if case.recipe == "gpt":
+        return causal_batch(case.vocab, case.batch, case.length)
+    return seq2seq_batch(case.vocab, case.batch, case.length, case.target, start_id=0)
+
+
+def chosen_backend(case: Case, config: Any) -> str:
+    """What `auto` resolves to for the case's main attention (the mask kind its batches have)."""
+    from bertology.models.attention import FusedMask, choose
+
+    cfg = models.encoder_config(config.model)
+    kind = "causal" if case.recipe == "gpt" else "padding"
+    mask = FusedMask(kind=kind, query=np.ones(1), key=np.ones(1), causal=kind == "causal")
+    try:
+        return choose(case.backend, platform=jax.default_backend(), dtype=cfg.dtype, head_dim=cfg.head_dim, mask=mask,
+                      bias=cfg.positions == "relative_bias", dropout=False)[0]
+    except Exception as e:  # noqa: BLE001 - reported in the row
+        return f"refused: {e}"
+
+
+def ours_step(config: Any, batch: dict[str, np.ndarray]) -> tuple[Callable[[], None], float, float | None, Callable]:
+    """(one step of ours, returning once done; setup seconds: build, init, trace, probes and
+    compile; XLA's planned bytes for the step; a function that runs n steps, for profiling)."""
+    start = time.perf_counter()
+    jitted, state = ours(config, batch)
+    device_batch, key = jax.device_put(batch), jax.random.key(0)
+    compiled = jitted.lower(state, device_batch, key).compile()
+    memory = compiled.memory_analysis()
+    planned = None if memory is None else float(memory.argument_size_in_bytes + memory.temp_size_in_bytes)
+    holder = [state]
+
+    def step() -> None:
+        holder[0], metrics = compiled(holder[0], device_batch, key)
+        jax.block_until_ready((holder[0], metrics))
+
+    step()
+    return step, time.perf_counter() - start, planned, step
+
+
+def alternate(steps: list[Callable[[], None]], n: int, warmup: int = 2) -> list[float]:
+    """Median seconds per step of each, taking turns step by step after `warmup` steps each."""
+    times: list[list[float]] = [[] for _ in steps]
+    for i in range(warmup + n):
+        for j, step in enumerate(steps):
+            t = time.perf_counter()
+            step()
+            if i >= warmup:
+                times[j].append(time.perf_counter() - t)
+    return [float(np.median(t)) for t in times]
+
+
+def kernel_profile(step: Callable[[], None], steps: int = 3, top: int = 8) -> dict[str, Any]:
+    """Where the device time of `steps` steps goes: shares by kernel class and the top kernels,
+    from jax.profiler's Perfetto trace (device events only; empty on CPU)."""
+    with tempfile.TemporaryDirectory() as d:
+        jax.profiler.start_trace(d, create_perfetto_trace=True)
+        for _ in range(steps):
+            step()
+        jax.profiler.stop_trace()
+        traces = sorted(pathlib.Path(d).rglob("perfetto_trace.json.gz"))
+        if not traces:
+            return {}
+        events = json.loads(gzip.open(traces[-1]).read())
+    events = events.get("traceEvents", events) if isinstance(events, dict) else events
+    devices = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+               and any(s in str(e.get("args", {}).get("name", "")) for s in ("GPU", "TPU", "/device:"))}
+    kernels: Counter = Counter()
+    for e in events:
+        if e.get("ph") == "X" and e.get("pid") in devices and "dur" in e:
+            kernels[e["name"]] += e["dur"]
+    total = sum(kernels.values())
+    if not total:
+        return {}
+    classes: Counter = Counter()
+    for name, dur in kernels.items():
+        classes[kernel_class(name)] += dur
+    return {"device_ms_per_step": total / steps / 1e3,
+            "classes": {c: round(d / total, 3) for c, d in classes.most_common()},
+            "top": [(n[:90], round(d / total, 3)) for n, d in kernels.most_common(top)]}
+
+
+def kernel_class(name: str) -> str:
+    """A kernel's class by the names cuBLAS, cuDNN, XLA and Pallas give them."""
+    n = name.lower()
+    for cls, marks in (("attention", ("cudnn", "flash", "fmha", "attention", "splash")),
+                       ("matmul", ("gemm", "cutlass", "nvjet", "xmma", "matmul", "dot", "convolution")),
+                       ("copy/transpose", ("copy", "memcpy", "transpose", "memset")),
+                       ("scatter/gather", ("scatter", "gather", "dynamic")),
+                       ("reduction", ("reduce", "reduction")),
+                       ("fusion", ("fusion", "loop", "input", "triton"))):
+        if any(m in n for m in marks):
+            return cls
+    return "other"
+
+
+def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: bool,
+            reference: bool) -> dict[str, Any]:
+    config = config_of(case, dtype)
+    batch = batch_of(case, config)
+    tokens = batch["input_ids"].size
+    row: dict[str, Any] = {"case": case.name, "shape": f"{case.batch}x{case.length}" + (
+        f"->{case.target}" if case.target else ""), "backend": case.backend,
+        "ran": chosen_backend(case, config), "dtype": dtype, "flops_per_token": models.flops_per_token(config)}
+    step, row["setup_s"], row["ours_bytes"], again = ours_step(config, batch)
+    runs = [step]
+    peak_theirs: Callable[[], float | None] = lambda: None  # noqa: E731
+    if reference:
+        from benchmarks import reference_torch
+
+        start = time.perf_counter()
+        theirs, row["hf_attention"], peak_theirs = reference_torch.train_step(
+            case.kind, dict(config.model), config.optimizer, batch, bf16=dtype == "bfloat16")
+        theirs()
+        row["hf_setup_s"] = time.perf_counter() - start
+        runs.append(theirs)
+    seconds = alternate(runs, steps)
+    row["step_ms"] = seconds[0] * 1e3
+    row["tokens_per_s"] = tokens / seconds[0]
+    row["mfu"] = row["tokens_per_s"] * row["flops_per_token"] / peak if peak else None
+    if reference:
+        row["hf_tokens_per_s"] = tokens / seconds[1]
+        row["hf_mfu"] = row["hf_tokens_per_s"] * row["flops_per_token"] / peak if peak else None
+        row["ratio"] = seconds[1] / seconds[0]
+        row["hf_bytes"] = peak_theirs()
+    if profile:
+        try:
+            row["profile"] = kernel_profile(again)
+        except Exception as e:  # noqa: BLE001 - a profiler problem must not lose the timing
+            row["profile"] = {"failed": f"{type(e).__name__}: {str(e)[:200]}"}
+    return row
+
+
+COLUMNS = ["case", "shape", "backend", "ran", "tokens_per_s", "mfu", "hf_tokens_per_s", "hf_mfu", "ratio", "step_ms",
+           "setup_s", "ours_bytes", "hf_bytes", "hf_attention"]
+FORMATS = {"tokens_per_s": "{:,.0f}", "hf_tokens_per_s": "{:,.0f}", "mfu": "{:.1%}", "hf_mfu": "{:.1%}",
+           "ratio": "{:.2f}x", "step_ms": "{:.1f}", "setup_s": "{:.0f}", "ours_bytes": "{:.3g}", "hf_bytes": "{:.3g}"}
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--smoke", action="store_true", help="tiny shapes in float32: seconds on a CPU")
+    p.add_argument("--cases", default=None, help=f"comma-separated, of {[c.name for c in CASES]}")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--peak_flops", type=float, default=None, help="the chip's dense bf16 FLOP/s (default: PEAK)")
+    p.add_argument("--no_reference", action="store_true", help="skip Hugging Face PyTorch")
+    p.add_argument("--profile", action="store_true", help="trace 3 steps of ours per case; print the kernel split")
+    p.add_argument("--cache_dir", default=os.path.expanduser("~/.cache/bertology/jax_compile"))
+    p.add_argument("--out", default="runs/benchmarks")
+    args = p.parse_args(argv)
+
+    jax.config.update("jax_compilation_cache_dir", args.cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    cases = SMOKE if args.smoke else CASES
+    if args.cases:
+        wanted = args.cases.split(",")
+        cases = tuple(c for c in cases if c.name in wanted)
+    dtype = "float32" if args.smoke else "bfloat16"
+    info = versions()
+    peak = args.peak_flops or peak_flops(info["device"])
+    print(json.dumps(info), flush=True)
+    rows = []
+    for case in cases:
+        try:
+            row = measure(case, dtype, 2 if args.smoke else args.steps, peak, args.profile, not args.no_reference)
+        except Exception as e:  # noqa: BLE001 - one failing case must not lose the others' numbers
+            traceback.print_exc()
+            row = {"case": case.name, "backend": case.backend, "ran": f"failed: {type(e).__name__}: {str(e)[:200]}"}
+        row.update(device=info["device"], jax=info["jax"])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    out = pathlib.Path(args.out)
+    report.append(rows, out, "accelerator", COLUMNS, FORMATS)
+    with open(out / "accelerator.md", "a") as f:
+        f.write(f"\n{json.dumps(info)}; peak {peak or 'unknown'} FLOP/s\n\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

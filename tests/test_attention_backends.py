@@ -1,0 +1,214 @@
+"""The attention backends' conformance suite: every backend (`xla`, `splash` in Pallas interpret
+mode on CPU, `cudnn` where a GPU is) against a float64 numpy reference, forward and gradient, on
+every mask kind (padding, packed documents, causal, packed causal, prefix LM, UniLM's per-row
+kinds, XLNet's explicit masks, the last layer's gathered rows) at odd lengths and head counts;
+the dispatch rule (`attention.choose`) per platform; and a packed row giving each document what
+it gets alone."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertology.errors import UserError
+from bertology.models.attention import FusedMask, attend, choose
+from bertology.models.transformer import Mask
+
+B, H, D = 2, 3, 16
+ON_CPU = ["xla", "splash"]  # splash runs in Pallas interpret mode off TPU
+
+
+def reference(q, k, v, visible, weights):
+    """float64 (output, d(sum(weights · output))/d(q, k, v)): softmax(q·k / sqrt(d)) over the
+    visible keys, times v, and its backward written out."""
+    q, k, v, w = (np.asarray(x, np.float64) for x in (q, k, v, weights))
+    s = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    s = np.where(visible[:, None], s, -1e300)  # finite: a padded query that sees nothing comes out uniform
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p = p / p.sum(-1, keepdims=True)
+    out = np.einsum("bhqk,bkhd->bqhd", p, v)
+    d_out = np.swapaxes(w, 1, 2)  # [b, h, q, d]
+    d_v = np.einsum("bhqk,bhqd->bkhd", p, d_out)
+    d_p = np.einsum("bhqd,bkhd->bhqk", d_out, v)
+    d_s = p * (d_p - (d_p * p).sum(-1, keepdims=True)) / np.sqrt(q.shape[-1])
+    return out, (np.einsum("bhqk,bkhd->bqhd", d_s, k), np.einsum("bhqk,bqhd->bkhd", d_s, q), d_v)
+
+
+def visibility(kind, length, lengths, docs, prefix, kinds):
+    """[batch, q, k] who may see whom, from the definitions (not from `Mask`)."""
+    real = np.arange(length)[None, :] < np.asarray(lengths)[:, None]
+    vis = np.broadcast_to(real[:, None, :], (B, length, length)).copy()
+    pos = np.arange(length)
+    before = pos[None, :] <= pos[:, None]
+    if kind in ("packed", "packed causal"):
+        vis &= docs[:, :, None] == docs[:, None, :]
+    if kind in ("causal", "packed causal"):
+        vis &= before
+    if kind == "prefix":
+        vis &= before | (pos[None, None, :] < np.asarray(prefix)[:, None, None])
+    if kind == "per-row kinds":  # row 0 right-to-left, row 1 bidirectional
+        vis[0] &= pos[None, :] >= pos[:, None]
+    return vis
+
+
+def case(kind, length=77, seed=0):
+    """(q, k, v, Mask, visible [b, q, k], weights: 0 at padded queries) for a mask kind."""
+    rng = np.random.default_rng(seed)
+    lengths = [length, length - 20]
+    docs = np.where(np.arange(length) < 30, 1, 2)[None].repeat(B, 0)
+    docs = np.where(np.arange(length)[None] < np.asarray(lengths)[:, None], docs, 0)
+    prefix, kinds = np.array([10, 25]), np.array([Mask.KINDS.index("right_to_left"), 0])
+    keys = jnp.asarray(np.arange(length)[None] < np.asarray(lengths)[:, None])
+    mask = {"padding": Mask(keys=keys),
+            "packed": Mask(keys=keys, documents=jnp.asarray(docs)),
+            "causal": Mask(keys=keys, causal=True),
+            "packed causal": Mask(keys=keys, documents=jnp.asarray(docs), causal=True),
+            "prefix": Mask(keys=keys, prefix=jnp.asarray(prefix), causal=True),
+            "per-row kinds": Mask(keys=keys, kinds=jnp.asarray(kinds))}[kind]
+    q, k, v = (jnp.asarray(rng.normal(size=(B, length, H, D)), jnp.float32) for _ in range(3))
+    weights = rng.normal(size=(B, length, H, D)) * np.asarray(keys)[:, :, None, None]
+    return q, k, v, mask, visibility(kind, length, lengths, docs, prefix, kinds), weights
+
+
+def run(backend, q, k, v, mask, weights, rows=None):
+    allowed, is_causal = mask.lower(rows)
+    fused = mask.fused(q.shape[1], rows)
+
+    def loss(q, k, v):
+        out = attend(q, k, v, allowed=allowed, is_causal=is_causal, backend=backend, fused=fused)
+        return jnp.sum(out.astype(jnp.float32) * weights), out
+
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+    return np.asarray(out, np.float64), [np.asarray(g, np.float64) for g in grads]
+
+
+def assert_conforms(got, want, real_queries, tol):
+    out, grads = got
+    want_out, want_grads = want
+    np.testing.assert_allclose(out[real_queries], want_out[real_queries], rtol=tol, atol=tol)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("backend", ON_CPU)
+@pytest.mark.parametrize("kind", ["padding", "packed", "causal", "packed causal"])
+def test_segment_kinds_match_the_reference(backend, kind):
+    q, k, v, mask, visible, weights = case(kind)
+    want = reference(q, k, v, visible, weights)
+    assert_conforms(run(backend, q, k, v, mask, weights), want, np.asarray(mask.keys), 2e-5)
+    # the mask is felt: the plain padding reference differs wherever the kind restricts more
+    if kind != "padding":
+        plain = reference(q, k, v, visibility("padding", 77, [77, 57], None, None, None), weights)[0]
+        assert np.abs(plain - want[0])[np.asarray(mask.keys)].max() > 1e-2
+
+
+@pytest.mark.parametrize("kind", ["prefix", "per-row kinds"])
+def test_per_row_kinds_run_on_xla_and_splash_refuses_them(kind):
+    q, k, v, mask, visible, weights = case(kind)
+    assert_conforms(run("xla", q, k, v, mask, weights), reference(q, k, v, visible, weights), np.asarray(mask.keys),
+                    2e-5)
+    assert mask.fused(77).query is None
+    with pytest.raises(UserError, match=f"splash.*no form for the {kind} mask"):
+        run("splash", q, k, v, mask, weights)
+    np.testing.assert_array_equal(run("auto", q, k, v, mask, weights)[0], run("xla", q, k, v, mask, weights)[0])
+
+
+@pytest.mark.parametrize("backend", ON_CPU)
+@pytest.mark.parametrize("kind", ["padding", "packed"])
+def test_gathered_rows_match_the_full_layer(backend, kind):
+    """The last layer's queries at the read positions only (MLM's gathered rows): each row is
+    what the full square gives there."""
+    q, k, v, mask, visible, weights = case(kind, length=150, seed=3)
+    rows = jnp.asarray([[0, 5, 40, 149], [1, 2, 33, 100]])
+    take = np.asarray(rows)
+    q_rows = q[jnp.arange(B)[:, None], rows]
+    w_rows = weights[np.arange(B)[:, None], take]
+    want = reference(q_rows, k, v, visible[np.arange(B)[:, None], take], w_rows)
+    got = run(backend, q_rows, k, v, mask, w_rows, rows=rows)
+    real = np.take_along_axis(np.asarray(mask.keys), take, axis=1)
+    assert_conforms(got, want, real, 2e-5)
+
+
+@pytest.mark.parametrize("backend", ON_CPU)
+def test_a_packed_row_gives_each_document_what_it_gets_alone(backend):
+    """Documents packed into one row never see each other: each one's outputs equal those of
+    the document run alone (MaxText's cuDNN path once attended across them silently)."""
+    q, k, v, mask, _, weights = case("packed causal", length=130, seed=5)
+    out, _ = run(backend, q, k, v, mask, weights)
+    for lo, hi in ((0, 30), (30, 130)):
+        alone = Mask(keys=jnp.ones((B, hi - lo), bool), causal=True)
+        got, _ = run(backend, q[:, lo:hi], k[:, lo:hi], v[:, lo:hi], alone, weights[:, lo:hi])
+        np.testing.assert_allclose(out[0, lo:hi], got[0], rtol=2e-5, atol=2e-5)
+
+
+def test_explicit_masks_and_biases_stay_on_xla():
+    """XLNet's explicit masks and the families' additive score terms: xla only; splash refuses
+    them with the reason, auto runs xla."""
+    rng = np.random.default_rng(7)
+    q, k, v = (jnp.asarray(rng.normal(size=(B, 9, H, D)), jnp.float32) for _ in range(3))
+    explicit = jnp.asarray(rng.random((B, 9, 9)) < 0.7) | jnp.eye(9, dtype=bool)
+    mask = Mask(keys=jnp.ones((B, 9), bool), explicit=explicit)
+    assert mask.fused(9).kind == "explicit" and mask.fused(9).query is None
+    with pytest.raises(UserError, match="no form for the explicit mask"):
+        attend(q, k, v, allowed=mask.lower()[0], backend="splash", fused=mask.fused(9))
+    bias = jnp.asarray(rng.normal(size=(1, H, 9, 9)), jnp.float32)
+    with pytest.raises(UserError, match="takes no additive score bias"):
+        attend(q, k, v, bias=bias, backend="splash", fused=Mask(keys=jnp.ones((B, 9), bool)).fused(9))
+    np.testing.assert_array_equal(attend(q, k, v, bias=bias, backend="auto"), attend(q, k, v, bias=bias))
+
+
+PADDING = FusedMask(kind="padding", query=np.ones((1, 1)), key=np.ones((1, 1)))
+PACKED = FusedMask(kind="packed causal", query=np.ones((1, 1)), key=np.ones((1, 1)), causal=True)
+
+
+@pytest.mark.parametrize("platform,dtype,mask,bias,dropout,want", [
+    ("cpu", "bfloat16", PADDING, False, False, "xla"),
+    ("gpu", "bfloat16", PADDING, False, False, "cudnn"),
+    ("gpu", "bfloat16", PACKED, False, False, "cudnn"),
+    ("gpu", "float32", PADDING, False, False, "xla"),  # cuDNN runs half precision only
+    ("gpu", "bfloat16", PADDING, False, True, "xla"),  # attention dropout while training
+    ("gpu", "bfloat16", PADDING, True, False, "xla"),  # T5's learned bucket bias
+    ("gpu", "bfloat16", FusedMask(kind="prefix"), False, False, "xla"),
+    ("tpu", "bfloat16", PACKED, False, False, "splash"),
+    ("tpu", "float32", PADDING, False, False, "splash"),
+    ("tpu", "bfloat16", PADDING, True, False, "xla"),
+    ("tpu", "bfloat16", FusedMask(kind="per-row kinds"), False, False, "xla"),
+])
+def test_auto_picks_the_fastest_backend_that_serves_the_mask(platform, dtype, mask, bias, dropout, want):
+    chosen, why = choose("auto", platform=platform, dtype=dtype, head_dim=64, mask=mask, bias=bias, dropout=dropout)
+    assert chosen == want
+    assert bool(why) == (want == "xla")  # a fallback says why, in one line
+
+
+@pytest.mark.parametrize("requested,platform,dropout,message", [
+    ("cudnn", "cpu", False, "cudnn' needs an NVIDIA GPU"),
+    ("splash", "gpu", False, "splash' is the Pallas TPU kernel"),
+    ("cudnn", "gpu", True, "cannot drop attention probabilities.*attention_dropout_rate=0"),
+])
+def test_an_explicit_backend_that_cannot_serve_stops_with_one_line(requested, platform, dropout, message):
+    with pytest.raises(UserError, match=message) as e:
+        choose(requested, platform=platform, dtype="bfloat16", head_dim=64, mask=PADDING, bias=False, dropout=dropout)
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_backend_and_fused_recipes_with_attention_dropout_are_refused_in_the_config():
+    from bertology.models.transformer import TransformerConfig
+
+    with pytest.raises(UserError, match="attention_backend='flash' is unknown"):
+        TransformerConfig(attention_backend="flash")
+    with pytest.raises(UserError, match="cannot drop attention probabilities.*attention_dropout_rate=0"):
+        TransformerConfig(attention_backend="splash", attention_dropout_rate=0.1)
+    TransformerConfig(attention_backend="splash", attention_dropout_rate=0.0)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="cuDNN attention needs an NVIDIA GPU")
+@pytest.mark.parametrize("kind", ["padding", "packed", "causal", "packed causal"])
+def test_cudnn_matches_the_reference_in_bfloat16(kind):
+    q, k, v, mask, visible, weights = case(kind, length=128)
+    q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
+    want = reference(q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), visible, weights)
+    got = run("cudnn", q, k, v, mask, weights)
+    real = np.asarray(mask.keys)
+    np.testing.assert_allclose(got[0][real], want[0][real], rtol=3e-2, atol=3e-2)
+    for g, w in zip(got[1], want[1]):
+        assert np.abs(g - w).max() <= 3e-2 * max(1.0, np.abs(w).max())
