@@ -1,6 +1,6 @@
 """Convert checkpoints between Hugging Face and bertology run directories.
 
-    python -m bertology.convert --from hf --in HF_DIR --out WORKDIR [--generator HF_GENERATOR_DIR]
+    python -m bertology.convert --from hf --in HF_DIR --out WORKDIR [--generator HF_GENERATOR_DIR] [--vocab_multiple N]
     python -m bertology.convert --to hf --in WORKDIR --out HF_DIR [--step N]
 
 Model types: bert, roberta, albert, electra (our families of the same names), gpt2 and
@@ -11,7 +11,8 @@ Import writes a run directory (config.json, step-0 checkpoint, tokenizer files) 
 feature extraction, generation and export read like a pretraining run; ELECTRA takes its
 discriminator as --in and, optionally, its generator as --generator. Export writes
 model.safetensors, config.json and the tokenizer files (ELECTRA: HF_DIR/discriminator and
-HF_DIR/generator). Errors are one line.
+HF_DIR/generator). `--vocab_multiple N` pads the imported token table to a multiple of N rows
+(`model.vocab_multiple`); export always writes the real rows only. Errors are one line.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="run directory to create (import) or HF directory (export)")
     p.add_argument("--generator", metavar="DIR", help="ELECTRA import: the generator's HF directory")
     p.add_argument("--step", type=int, help="export: the checkpoint step (default: the latest)")
+    p.add_argument("--vocab_multiple", type=int, default=1,
+                   help="import: pad the token table to a multiple of this many rows (model.vocab_multiple)")
     return p
 
 
@@ -42,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         from bertology.interop import export_hf, import_hf
 
         if args.source:
-            report = import_hf(args.inp, args.out, args.generator)
+            report = import_hf(args.inp, args.out, args.generator, args.vocab_multiple)
             print(f"imported {report.model_type} (family {report.family}) into {args.out}; "
                   f"tokenizer: {report.vocab or 'none our tokenizers read'}")
             if report.fresh:

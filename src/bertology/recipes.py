@@ -33,6 +33,7 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
     c.model = ml_collections.ConfigDict(dict(
         family=family,
         vocab_size=placeholder(int),  # None: taken from the tokenizer; set: must match it
+        vocab_multiple=1,  # pad the token table to a multiple of this many rows (128: tensor-core/TPU-friendly shapes)
         max_position_embeddings=512,
         type_vocab_size=2,
         dropout_rate=0.1,

@@ -93,17 +93,47 @@ def _with_prefix(tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.nd
     return {f"{prefix}.{k}": v for k, v in tensors.items()}
 
 
-def _init(model: nn.Module) -> Any:
-    """`() -> params` at their initialisation; `jax.eval_shape` of it gives the shapes for free."""
+def _boxed_init(model: nn.Module) -> Any:
+    """`() -> params` at their initialisation, each with its logical axis names (`nn.Partitioned`)."""
     batch = {k: np.zeros((1, 2), np.int32) for k in ("input_ids", "segment_ids", "masked_positions",
                                                       "decoder_input_ids")}
     batch["input_mask"] = batch["decoder_input_mask"] = np.ones((1, 2), np.int32)
-    return lambda: nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])
+    return lambda: model.init(jax.random.key(0), batch)["params"]
+
+
+def _init(model: nn.Module) -> Any:
+    """`() -> params` at their initialisation; `jax.eval_shape` of it gives the shapes for free."""
+    boxed = _boxed_init(model)
+    return lambda: nn.meta.unbox(boxed())
 
 
 def param_shapes(model: nn.Module) -> dict[tuple[str, ...], tuple[int, ...]]:
     """The flattened parameter paths and shapes `model` builds (nothing is computed)."""
     return {k: v.shape for k, v in flatten_dict(jax.eval_shape(_init(model))).items()}
+
+
+def vocab_axes(model: nn.Module) -> dict[tuple[str, ...], int]:
+    """Each flattened parameter path with a `vocab` axis (the token table, output biases, an
+    untied output layer), and that axis: what `model.vocab_multiple` pads and HF never holds."""
+    boxed = jax.eval_shape(_boxed_init(model))
+    return {k: v.names.index("vocab") for k, v in flatten_dict(boxed).items()
+            if isinstance(v, nn.Partitioned) and "vocab" in v.names}
+
+
+def _vocab_shapes(shapes: dict[tuple[str, ...], tuple[int, ...]], axes: dict[tuple[str, ...], int],
+                  size: int) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """`shapes` with each `vocab` axis at `size` entries: the shapes HF holds."""
+    return {k: tuple(size if i == axes.get(k) else d for i, d in enumerate(shape)) for k, shape in shapes.items()}
+
+
+def _to_vocab(x: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """`x` with its `vocab` axis cut to `size` entries (export) or padded with zero rows to them
+    (import): the padded ids' rows are never read (`TransformerConfig.real_logits`)."""
+    if x.shape[axis] >= size:
+        return x[(slice(None),) * (axis % x.ndim) + (slice(0, size),)]
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return np.pad(x, widths)
 
 
 def _fill(shapes: dict[tuple[str, ...], tuple[int, ...]], rows: list[names.Tensor],
@@ -138,9 +168,10 @@ def _check_tied(record: records.HFModel, tensors: dict[str, dict[str, np.ndarray
 
 
 def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
-              generator_dir: str | pathlib.Path | None = None) -> ImportReport:
+              generator_dir: str | pathlib.Path | None = None, vocab_multiple: int = 1) -> ImportReport:
     """Write the HF checkpoint in `hf_dir` (ELECTRA: the discriminator, plus optionally its
-    generator in `generator_dir`) as a bertology run directory `workdir`."""
+    generator in `generator_dir`) as a bertology run directory `workdir`. `vocab_multiple` > 1
+    pads the token table and every [vocab] tensor with zero rows (`model.vocab_multiple`)."""
     hf_dir, workdir = pathlib.Path(hf_dir), pathlib.Path(workdir)
     if (workdir / "checkpoints").exists():
         raise UserError(f"{workdir} already holds checkpoints; pass a new --out directory")
@@ -159,10 +190,13 @@ def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
     _check_tied(record, tensors, dirs)
     if record.pooler:  # a checkpoint without a pooler imports as a model without one
         block["pooler"] = record.pooler in tensors[record.sources[0]]
+    if vocab_multiple != 1:
+        block["vocab_multiple"] = vocab_multiple
     model = models.build(ml_collections.ConfigDict(block))
-    shapes = param_shapes(model)
+    shapes, axes = param_shapes(model), vocab_axes(model)
     rows = names.tensors(record.layout, shapes)
-    params = _fill(shapes, rows, tensors, dirs)
+    params = _fill(_vocab_shapes(shapes, axes, block["vocab_size"]), rows, tensors, dirs)
+    params = {k: _to_vocab(v, axes[k], shapes[k][axes[k]]) if k in axes else v for k, v in params.items()}
     fresh = sorted(set(shapes) - set(params))  # heads the checkpoint lacks keep their initialisation
     if fresh:
         initial = flatten_dict(jax.jit(_init(model))())
@@ -242,13 +276,17 @@ def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path, step: in
     files, tokenizer = _run_tokenizer(run_config.get("data", {}).get("vocab"))
     hf_configs = {source: hf_config.to_hf(record, block, source, cfg, tokenizer)
                   for source, cfg in record.configs(block).items()}
-    shapes = param_shapes(models.build(ml_collections.ConfigDict(block)))
+    model = models.build(ml_collections.ConfigDict(block))
+    shapes, axes = param_shapes(model), vocab_axes(model)
     rows = names.tensors(record.layout, shapes)
     missing = sorted(set(shapes) - {r.ours for r in rows})
     if missing:
         raise UserError(f"{record.model_type} has no tensor for our {'/'.join(missing[0])}; this model cannot be "
                         "exported without dropping it")
-    state = names.export_state(rows, flatten_dict(params), shapes, str(workdir))
+    # the padded rows go; a tensor of another shape than the config builds is left for export_state to refuse
+    flat = {k: _to_vocab(np.asarray(v), axes[k], block["vocab_size"]) if k in axes and v.shape == shapes[k] else v
+            for k, v in flatten_dict(params).items()}
+    state = names.export_state(rows, flat, _vocab_shapes(shapes, axes, block["vocab_size"]), str(workdir))
     written = []
     for source in record.sources:
         target = out_dir / source if len(record.sources) > 1 else out_dir

@@ -56,8 +56,8 @@ class MaskedLMHead(nn.Module):
         cfg = self.cfg
         x = dense(cfg, cfg.embed_dim, ("hidden", "embed"), "transform")(hidden)
         x = layer_norm(cfg, "norm")(cfg.act(x))
-        bias = self.param("bias", zeros(("vocab",)), (cfg.vocab_size,), jnp.float32)
-        return add_vocab_bias(attend(x).astype(jnp.float32), bias)
+        bias = self.param("bias", zeros(("vocab",)), (cfg.padded_vocab_size,), jnp.float32)
+        return cfg.real_logits(add_vocab_bias(attend(x).astype(jnp.float32), bias))
 
 
 class ClassifierHead(nn.Module):
@@ -101,5 +101,5 @@ class SpanBoundaryHead(nn.Module):
         for i in range(2):
             h = dense(cfg, cfg.hidden_size if i == 0 else cfg.embed_dim, ("hidden", "embed"), f"dense_{i}")(h)
             h = layer_norm(cfg, f"norm_{i}")(cfg.act(h))
-        bias = self.param("bias", zeros(("vocab",)), (cfg.vocab_size,), jnp.float32)
-        return add_vocab_bias(attend(h).astype(jnp.float32), bias)
+        bias = self.param("bias", zeros(("vocab",)), (cfg.padded_vocab_size,), jnp.float32)
+        return cfg.real_logits(add_vocab_bias(attend(h).astype(jnp.float32), bias))

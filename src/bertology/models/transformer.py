@@ -51,6 +51,10 @@ class TransformerConfig:
     """Shape and behaviour of a Transformer stack. Field names follow the BERT paper's vocabulary."""
 
     vocab_size: int = 30522
+    # Rows of the token table (and width of every [vocab] output tensor) rounded up to a multiple
+    # of this, for matmul shapes accelerators tile well (Megatron-LM's --make-vocab-size-divisible-by,
+    # nanoGPT's 50257 -> 50304); the padded ids' logits are sliced away (`real_logits`).
+    vocab_multiple: int = 1
     hidden_size: int = 768
     num_layers: int = 12
     num_decoder_layers: int | None = None  # an encoder-decoder's decoder depth; None: num_layers (T5's, BART's)
@@ -87,6 +91,9 @@ class TransformerConfig:
     attention_backend: str = "xla"  # xla | cudnn | splash | auto: the kernel `attention.attend` runs (its docstring)
 
     def __post_init__(self):
+        if self.vocab_multiple < 1:
+            raise UserError(f"model.vocab_multiple={self.vocab_multiple}: the token table is padded to a multiple "
+                            "of it; use 1 (no padding) or a positive multiple such as 128")
         if self.num_layers < 1:
             raise UserError(f"model.num_layers={self.num_layers}: the encoder needs at least one layer")
         if self.num_decoder_layers is not None and self.num_decoder_layers < 1:
@@ -130,6 +137,16 @@ class TransformerConfig:
         reach it through cross-attention's keys and values, never added to it), so its own depth
         is what keeps that sum's variance in check, as in GPT-2's argument."""
         return dataclasses.replace(self, num_layers=self.decoder_layers, num_decoder_layers=None)
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the token table: `vocab_size` rounded up to a multiple of `vocab_multiple`."""
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
+
+    def real_logits(self, logits: Array) -> Array:
+        """`logits` over the padded table with the padded ids' columns sliced away, so no loss,
+        accuracy, argmax or sample ever sees them (the same array when nothing is padded)."""
+        return logits if self.padded_vocab_size == self.vocab_size else logits[..., :self.vocab_size]
 
     @property
     def head_dim(self) -> int:
@@ -653,7 +670,7 @@ class Embeddings(nn.Module):
         cfg = self.cfg
         embed = functools.partial(nn.Embed, features=cfg.embed_dim, dtype=cfg.compute_dtype)
         if self.shared_tokens is None:
-            self.token = embed(cfg.vocab_size, embedding_init=embedding_init(cfg, ("vocab", "embed")), name="token")
+            self.token = embed(cfg.padded_vocab_size, embedding_init=embedding_init(cfg, ("vocab", "embed")), name="token")
         else:
             self.token = self.shared_tokens
         if cfg.positions == "absolute":
@@ -681,7 +698,9 @@ class Embeddings(nn.Module):
         return self.dropout(x, deterministic=deterministic)
 
     def attend(self, x: Array) -> Array:
-        """Logits against the token table: the output layer tied to the input embeddings."""
+        """Logits against the token table: the output layer tied to the input embeddings. Over
+        the padded table (`padded_vocab_size` columns): the caller adds any bias, then
+        `cfg.real_logits`."""
         return self.token.attend(x)
 
 

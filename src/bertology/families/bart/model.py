@@ -33,12 +33,13 @@ class Model(EncoderDecoder):
 
     def setup(self):
         super().setup()
-        self.final_logits_bias = self.param("final_logits_bias", zeros(("vocab",)), (self.cfg.vocab_size,))
+        self.final_logits_bias = self.param("final_logits_bias", zeros(("vocab",)), (self.cfg.padded_vocab_size,))
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True,
                  decode: bool = False) -> dict[str, jax.Array]:
         x = super().__call__(batch, deterministic=deterministic, decode=decode)
-        return {"logits": self.attend(x).astype(jnp.float32) + jax.lax.stop_gradient(self.final_logits_bias)}
+        logits = self.attend(x).astype(jnp.float32) + jax.lax.stop_gradient(self.final_logits_bias)
+        return {"logits": self.cfg.real_logits(logits)}
 
 
 

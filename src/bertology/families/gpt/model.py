@@ -23,6 +23,8 @@ class Model(nn.Module):
 
     `decode=True` runs incrementally against the KV cache: the batch then holds only the new
     tokens (and their `positions`), and the cache (flax collection `cache`) holds the past.
+    `output_layer` gives the final states and the tied table instead of the logits, for a loss
+    that never holds all [tokens, vocab] of them at once (`objectives.chunked_token_means`).
     """
 
     cfg: TransformerConfig
@@ -33,7 +35,13 @@ class Model(nn.Module):
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True,
                  decode: bool = False) -> dict[str, jax.Array]:
         out = self.decoder(batch, deterministic=deterministic, decode=decode)
-        return {"logits": self.decoder.attend(out["sequence"]).astype(jnp.float32)}
+        return {"logits": self.cfg.real_logits(self.decoder.attend(out["sequence"]).astype(jnp.float32))}
+
+    def output_layer(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
+        """`states` [batch, length, H] and the output `table` [padded vocab, H] whose products
+        are `__call__`'s logits (before the padded columns are sliced away)."""
+        states = self.decoder(batch, deterministic=deterministic)["sequence"]
+        return {"states": states, "table": self.decoder.embeddings.token.embedding}
 
 
 def trunk(params: dict) -> dict:

@@ -130,7 +130,7 @@ class Embeddings(nn.Module):
 
     def setup(self):
         cfg, b = self.cfg, self.b
-        self.token = nn.Embed(cfg.vocab_size, cfg.embed_dim, dtype=cfg.compute_dtype,
+        self.token = nn.Embed(cfg.padded_vocab_size, cfg.embed_dim, dtype=cfg.compute_dtype,
                               embedding_init=init(cfg, ("vocab", "embed")), name="token")
         table = dict(features=cfg.hidden_size, dtype=cfg.compute_dtype, embedding_init=init(cfg, (None, "embed")))
         self.position = nn.Embed(cfg.max_position_embeddings, **table, name="position")
@@ -298,10 +298,10 @@ class MaskedLMHead(nn.Module):
     def __call__(self, hidden: Array, table: Array) -> Array:
         cfg = self.cfg
         x = layer_norm(cfg, "norm")(cfg.act(dense(cfg, cfg.hidden_size, ("hidden", "embed"), "transform")(hidden)))
-        extra = self.param("extra", init(cfg, (None, "vocab")), (cfg.hidden_size - cfg.embed_dim, cfg.vocab_size))
+        extra = self.param("extra", init(cfg, (None, "vocab")), (cfg.hidden_size - cfg.embed_dim, cfg.padded_vocab_size))
         weights = jnp.concatenate([table.T, extra], axis=0).astype(x.dtype)
-        bias = self.param("bias", zeros(("vocab",)), (cfg.vocab_size,), jnp.float32)
-        return add_vocab_bias((x @ weights).astype(jnp.float32), bias)
+        bias = self.param("bias", zeros(("vocab",)), (cfg.padded_vocab_size,), jnp.float32)
+        return cfg.real_logits(add_vocab_bias((x @ weights).astype(jnp.float32), bias))
 
 
 class Model(nn.Module):

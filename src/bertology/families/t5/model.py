@@ -35,7 +35,7 @@ class Model(EncoderDecoder):
     def setup(self):
         super().setup()
         if not self.tie_embeddings:
-            self.lm_head = nn.Dense(self.cfg.vocab_size, use_bias=False, kernel_init=init(self.cfg, ("embed", "vocab")),
+            self.lm_head = nn.Dense(self.cfg.padded_vocab_size, use_bias=False, kernel_init=init(self.cfg, ("embed", "vocab")),
                                     dtype=self.cfg.compute_dtype, name="lm_head")
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True,
@@ -45,7 +45,7 @@ class Model(EncoderDecoder):
             logits = self.attend(x * self.cfg.hidden_size ** -0.5)
         else:
             logits = self.lm_head(x)
-        return {"logits": logits.astype(jnp.float32)}
+        return {"logits": self.cfg.real_logits(logits.astype(jnp.float32))}
 
 
 def build(model_config: ml_collections.ConfigDict | dict) -> Model:

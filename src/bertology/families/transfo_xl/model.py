@@ -18,6 +18,8 @@ full softmax is exact and cheap. HF's TransfoXL with `cutoffs=[]`, `div_val=1` i
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -57,10 +59,10 @@ class Model(nn.Module):
         self.attention = [RelativeAttention(cfg, untie_r=self.xl.untie_r, name=f"attention_{i}")
                           for i in range(cfg.num_layers)]
         self.ffn = [FeedForward(cfg, name=f"ffn_{i}") for i in range(cfg.num_layers)]
-        self.output_bias = self.param("output_bias", zeros(("vocab",)), (cfg.vocab_size,))
+        self.output_bias = self.param("output_bias", zeros(("vocab",)), (cfg.padded_vocab_size,))
         self.dropout = nn.Dropout(cfg.dropout_rate)
 
-    def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
+    def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, Any]:
         cfg, xl = self.cfg, self.xl
         ids = batch["input_ids"]
         qlen = ids.shape[1]
@@ -76,7 +78,7 @@ class Model(nn.Module):
             x, _ = self.attention[i](x, carry["memory"][:, i], pos, allowed, deterministic, biases)
             x = self.ffn[i](x, deterministic)
         out = self.dropout(x, deterministic=deterministic)
-        logits = self.embeddings.attend(out).astype(jnp.float32) + self.output_bias
+        logits = cfg.real_logits(self.embeddings.attend(out).astype(jnp.float32) + self.output_bias)
         memory, memory_mask = extend_memory(carry["memory"], carry["memory_mask"], jnp.stack(inputs, 1))
         return {"logits": logits, "carry": {"memory": memory, "memory_mask": memory_mask}}
 

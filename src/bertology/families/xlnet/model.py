@@ -116,13 +116,13 @@ class Model(Network):
 
     def setup(self):
         super().setup()
-        self.lm_bias = self.param("lm_bias", zeros(("vocab",)), (self.cfg.vocab_size,))
+        self.lm_bias = self.param("lm_bias", zeros(("vocab",)), (self.cfg.padded_vocab_size,))
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
         carry = carry_of(batch, self.cfg, self.xl)
         h, g, inputs = self.streams(batch, carry, deterministic)
         out = self.dropout(h if g is None else g, deterministic=deterministic)
-        logits = self.embeddings.attend(out).astype(jnp.float32) + self.lm_bias
+        logits = self.cfg.real_logits(self.embeddings.attend(out).astype(jnp.float32) + self.lm_bias)
         reuse = self.xl.reuse_len or h.shape[1]
         memory, memory_mask = extend_memory(carry["memory"], carry["memory_mask"],
                                             jnp.stack(inputs, 1)[:, :, :reuse])
