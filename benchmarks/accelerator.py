@@ -1,7 +1,7 @@
 """Train-step speed on the accelerator at hand: ours against Hugging Face PyTorch, taking turns.
 
     python -m benchmarks.accelerator [--cases bert128,bert512,bert512_xla,gpt2,t5] [--steps 10]
-                                     [--profile] [--out runs/benchmarks]
+                                     [--vocab_multiple 128] [--profile] [--out runs/benchmarks]
     python -m benchmarks.accelerator --smoke      # tiny shapes, float32, CPU: seconds (CI runs it)
 
 The cases are BERT-base (MLM + NSP) at 32×128 and 32×512, GPT-2 124M at 16×1024 and T5-base at
@@ -116,11 +116,12 @@ def versions() -> dict[str, str]:
     return out
 
 
-def config_of(case: Case, dtype: str) -> Any:
+def config_of(case: Case, dtype: str, vocab_multiple: int = 1) -> Any:
     """The case's run config: the recipe's preset, bf16 (or `dtype`), no remat, attention dropout
-    0 where the case runs a fused kernel, the case's backend and shapes."""
+    0 where the case runs a fused kernel, the case's backend, shapes and vocabulary padding."""
     config = recipe_config(case.recipe, case.preset, case.vocab, dtype, "none")
     config.model.attention_backend = case.backend
+    config.model.vocab_multiple = vocab_multiple
     if case.fused_recipe:
         config.model.attention_dropout_rate = 0.0
     config.data.max_seq_length = case.length
@@ -228,14 +229,14 @@ def kernel_class(name: str) -> str:
     return "other"
 
 
-def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: bool,
-            reference: bool) -> dict[str, Any]:
-    config = config_of(case, dtype)
+def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: bool, reference: bool,
+            vocab_multiple: int = 1) -> dict[str, Any]:
+    config = config_of(case, dtype, vocab_multiple)
     batch = batch_of(case, config)
     tokens = batch["input_ids"].size
     row: dict[str, Any] = {"case": case.name, "shape": f"{case.batch}x{case.length}" + (
         f"->{case.target}" if case.target else ""), "backend": case.backend,
-        "ran": chosen_backend(case, config), "dtype": dtype, "flops_per_token": models.flops_per_token(config)}
+        "ran": chosen_backend(case, config), "dtype": dtype, "vocab_multiple": vocab_multiple, "flops_per_token": models.flops_per_token(config)}
     step, row["setup_s"], row["ours_bytes"], again = ours_step(config, batch)
     runs = [step]
     peak_theirs: Callable[[], float | None] = lambda: None  # noqa: E731
@@ -278,6 +279,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--peak_flops", type=float, default=None, help="the chip's dense bf16 FLOP/s (default: PEAK)")
     p.add_argument("--no_reference", action="store_true", help="skip Hugging Face PyTorch")
+    p.add_argument("--vocab_multiple", type=int, default=1, help="pad our vocabulary to this multiple (128: GPUs, TPUs)")
     p.add_argument("--profile", action="store_true", help="trace 3 steps of ours per case; print the kernel split")
     p.add_argument("--cache_dir", default=os.path.expanduser("~/.cache/bertology/jax_compile"))
     p.add_argument("--out", default="runs/benchmarks")
@@ -296,7 +298,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = []
     for case in cases:
         try:
-            row = measure(case, dtype, 2 if args.smoke else args.steps, peak, args.profile, not args.no_reference)
+            row = measure(case, dtype, 2 if args.smoke else args.steps, peak, args.profile, not args.no_reference,
+                          args.vocab_multiple)
         except Exception as e:  # noqa: BLE001 - one failing case must not lose the others' numbers
             traceback.print_exc()
             row = {"case": case.name, "backend": case.backend, "ran": f"failed: {type(e).__name__}: {str(e)[:200]}"}

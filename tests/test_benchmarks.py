@@ -157,3 +157,23 @@ def test_pipeline_and_padding_on_the_embedded_corpus(capsys):
     assert out["examples"] >= out["instances_per_pass"] and out["examples_per_s"] > 0
     fractions = padding.main([])
     assert fractions["packed"] < fractions["one document per row"] / 4
+
+
+@pytest.mark.slow
+def test_accelerator_smoke_measures_ours_against_pytorch(tmp_path):
+    """`python -m benchmarks.accelerator --smoke`: every case trains, taking turns with the
+    PyTorch reference, and the row's MFU arithmetic is what it says."""
+    from benchmarks import accelerator
+
+    rows = accelerator.main(["--smoke", "--out", str(tmp_path), "--peak_flops", "1e12"])
+    assert [r["case"] for r in rows] == ["bert128", "gpt2", "t5"]
+    for row in rows:
+        assert row["ran"] == "xla", row  # auto on a CPU
+        assert row["tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
+        assert row["mfu"] == pytest.approx(row["tokens_per_s"] * row["flops_per_token"] / 1e12)
+        assert row["ratio"] == pytest.approx(row["tokens_per_s"] / row["hf_tokens_per_s"])
+        assert row["ours_bytes"] > 0
+    table = (tmp_path / "accelerator.md").read_text()
+    assert table.count("| bert128 |") == 1 and '"backend": "cpu"' in table
+    assert accelerator.peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert accelerator.peak_flops("NVIDIA H100 PCIe") == 756e12

@@ -23,6 +23,11 @@ def run_cli(*args, tmp_path):
         (["--config=configs/bert.py:huge"], "unknown preset 'huge'"),
         (["--config=configs/nope.py:tiny"], "nope.py"),
         (["--config=configs/bert.py:tiny", "--config.model.vocab_size=30522"], "vocab mismatch"),
+        # a fused kernel this machine does not have (CI has no GPU): stops before anything is written
+        (["--config=configs/bert.py:tiny", "--config.model.attention_backend=cudnn",
+          "--config.model.attention_dropout_rate=0"], "model.attention_backend='cudnn' needs an NVIDIA GPU"),
+        (["--config=configs/bert.py:tiny", "--config.model.attention_backend=splash"],
+         "cannot drop attention probabilities"),
     ],
 )
 def test_bad_input_one_line(args, expected, tmp_path):

@@ -192,7 +192,7 @@ def _cudnn(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bool,
     """cuDNN flash attention: key lengths and `is_causal` for the kinds that have them, else the
     boolean mask at full [batch, 1, queries, keys] (cuDNN's bias must span both lengths)."""
     lengths, mask = None, None
-    if fused.query is not None and not fused.packed:
+    if fused.key is not None and not fused.packed:
         lengths = jnp.sum(fused.key > 0, axis=-1, dtype=jnp.int32)
         is_causal = fused.causal
     elif allowed is not None:
@@ -240,6 +240,7 @@ def _splash(q: Array, k: Array, v: Array, scale: float | None, fused: FusedMask)
     """The Pallas splash kernel, per example (it takes [heads, length, head_dim]), on lengths
     padded to its block multiple: padded keys get a segment no query has, padded queries one no
     key has (their outputs are sliced away)."""
+    assert fused.query is not None and fused.key is not None, "choose() sends splash segment masks only"
     batch, qlen, heads, width = q.shape
     klen = k.shape[1]
     qpad, kpad = -qlen % _SPLASH_BLOCK, -klen % _SPLASH_BLOCK
