@@ -1,7 +1,8 @@
 """The attention backends' conformance suite: every backend (`xla`, `splash` in Pallas interpret
 mode on CPU, `cudnn` where a GPU is) against a float64 numpy reference, forward and gradient, on
-every mask kind (padding, packed documents, causal, packed causal, prefix LM, UniLM's per-row
-kinds, XLNet's explicit masks, the last layer's gathered rows) at odd lengths and head counts;
+every mask kind (padding, packed documents, causal, packed causal, sliding windows, prefix LM,
+UniLM's per-row kinds, XLNet's explicit masks, the last layer's gathered rows) at odd lengths and
+head counts;
 the dispatch rule (`attention.choose`) per platform; and a packed row giving each document what
 it gets alone."""
 
@@ -15,6 +16,8 @@ from bertology.models.attention import FusedMask, attend, choose
 from bertology.models.transformer import Mask
 
 B, H, D = 2, 3, 16
+WINDOW = 9  # keys on each side of a sliding window
+SEGMENT_KINDS = ["padding", "packed", "causal", "packed causal", "sliding window", "causal sliding window"]
 ON_CPU = ["xla", "splash"]  # splash runs in Pallas interpret mode off TPU
 
 
@@ -42,8 +45,10 @@ def visibility(kind, length, lengths, docs, prefix, kinds):
     before = pos[None, :] <= pos[:, None]
     if kind in ("packed", "packed causal"):
         vis &= docs[:, :, None] == docs[:, None, :]
-    if kind in ("causal", "packed causal"):
+    if kind in ("causal", "packed causal", "causal sliding window"):
         vis &= before
+    if kind.endswith("sliding window"):
+        vis &= np.abs(pos[:, None] - pos[None, :]) <= WINDOW
     if kind == "prefix":
         vis &= before | (pos[None, None, :] < np.asarray(prefix)[:, None, None])
     if kind == "per-row kinds":  # row 0 right-to-left, row 1 bidirectional
@@ -64,7 +69,9 @@ def case(kind, length=77, seed=0):
             "causal": Mask(keys=keys, causal=True),
             "packed causal": Mask(keys=keys, documents=jnp.asarray(docs), causal=True),
             "prefix": Mask(keys=keys, prefix=jnp.asarray(prefix), causal=True),
-            "per-row kinds": Mask(keys=keys, kinds=jnp.asarray(kinds))}[kind]
+            "per-row kinds": Mask(keys=keys, kinds=jnp.asarray(kinds)),
+            "sliding window": Mask(keys=keys, window=WINDOW),
+            "causal sliding window": Mask(keys=keys, causal=True, window=WINDOW)}[kind]
     q, k, v = (jnp.asarray(rng.normal(size=(B, length, H, D)), jnp.float32) for _ in range(3))
     weights = rng.normal(size=(B, length, H, D)) * np.asarray(keys)[:, :, None, None]
     return q, k, v, mask, visibility(kind, length, lengths, docs, prefix, kinds), weights
@@ -91,7 +98,7 @@ def assert_conforms(got, want, real_queries, tol):
 
 
 @pytest.mark.parametrize("backend", ON_CPU)
-@pytest.mark.parametrize("kind", ["padding", "packed", "causal", "packed causal"])
+@pytest.mark.parametrize("kind", SEGMENT_KINDS)
 def test_segment_kinds_match_the_reference(backend, kind):
     q, k, v, mask, visible, weights = case(kind)
     want = reference(q, k, v, visible, weights)
@@ -114,16 +121,21 @@ def test_per_row_kinds_run_on_xla_and_splash_refuses_them(kind):
 
 
 @pytest.mark.parametrize("backend", ON_CPU)
-@pytest.mark.parametrize("kind", ["padding", "packed"])
+@pytest.mark.parametrize("kind", ["padding", "packed", "sliding window"])
 def test_gathered_rows_match_the_full_layer(backend, kind):
     """The last layer's queries at the read positions only (MLM's gathered rows): each row is
-    what the full square gives there."""
+    what the full square gives there. Splash's masks are static, so a window around rows chosen
+    per batch has no splash form."""
     q, k, v, mask, visible, weights = case(kind, length=150, seed=3)
     rows = jnp.asarray([[0, 5, 40, 149], [1, 2, 33, 100]])
     take = np.asarray(rows)
     q_rows = q[jnp.arange(B)[:, None], rows]
     w_rows = weights[np.arange(B)[:, None], take]
     want = reference(q_rows, k, v, visible[np.arange(B)[:, None], take], w_rows)
+    if backend == "splash" and kind == "sliding window":
+        with pytest.raises(UserError, match="no form for the sliding window at chosen rows mask"):
+            run(backend, q_rows, k, v, mask, w_rows, rows=rows)
+        return
     got = run(backend, q_rows, k, v, mask, w_rows, rows=rows)
     real = np.take_along_axis(np.asarray(mask.keys), take, axis=1)
     assert_conforms(got, want, real, 2e-5)
@@ -159,6 +171,8 @@ def test_explicit_masks_and_biases_stay_on_xla():
 
 PADDING = FusedMask(kind="padding", query=np.ones((1, 1)), key=np.ones((1, 1)))
 PACKED = FusedMask(kind="packed causal", query=np.ones((1, 1)), key=np.ones((1, 1)), causal=True)
+LOOK_BACK = FusedMask(kind="causal sliding window", query=np.ones((1, 1)), key=np.ones((1, 1)), causal=True, window=8)
+TWO_SIDED = FusedMask(kind="sliding window", query=np.ones((1, 1)), key=np.ones((1, 1)), window=8)
 
 
 @pytest.mark.parametrize("platform,dtype,mask,bias,dropout,want", [
@@ -169,6 +183,9 @@ PACKED = FusedMask(kind="packed causal", query=np.ones((1, 1)), key=np.ones((1, 
     ("gpu", "bfloat16", PADDING, False, True, "xla"),  # attention dropout while training
     ("gpu", "bfloat16", PADDING, True, False, "xla"),  # T5's learned bucket bias
     ("gpu", "bfloat16", FusedMask(kind="prefix"), False, False, "xla"),
+    ("gpu", "bfloat16", LOOK_BACK, False, False, "cudnn"),
+    ("gpu", "bfloat16", TWO_SIDED, False, False, "xla"),  # cuDNN's windows look back only
+    ("tpu", "bfloat16", TWO_SIDED, False, False, "splash"),
     ("tpu", "bfloat16", PACKED, False, False, "splash"),
     ("tpu", "float32", PADDING, False, False, "splash"),
     ("tpu", "bfloat16", PADDING, True, False, "xla"),
@@ -202,7 +219,7 @@ def test_unknown_backend_and_fused_recipes_with_attention_dropout_are_refused_in
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="cuDNN attention needs an NVIDIA GPU")
-@pytest.mark.parametrize("kind", ["padding", "packed", "causal", "packed causal"])
+@pytest.mark.parametrize("kind", SEGMENT_KINDS)
 def test_cudnn_matches_the_reference_in_bfloat16(kind):
     q, k, v, mask, visible, weights = case(kind, length=128)
     q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))

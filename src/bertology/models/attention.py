@@ -16,13 +16,15 @@ Backends (`model.attention_backend`; `choose` is the whole rule, a pure function
   in blocks of queries; the dropout is the caller's own callable, so each family keeps its random
   stream (the core's hashed `Dropout`, XL's and XLNet's flax `nn.Dropout`).
 - `cudnn`: cuDNN's fused flash attention (NVIDIA GPUs, bfloat16/float16). Padding becomes key
-  lengths and a causal square `is_causal`, so no [batch, 1, L, L] array is read; packed documents
-  and the other kinds go in as a boolean mask, which cuDNN reads as an additive bias (JAX's
-  internal packed layout, segment offsets and lengths, gave wrong gradients on an H100 with
-  jax 0.11.2 / cuDNN 9.19 while its forward pass was right, so it is not used).
+  lengths, a causal square `is_causal` and a causal sliding window cuDNN's window, so no
+  [batch, 1, L, L] array is read; packed documents, a two-sided window and the other kinds go in
+  as a boolean mask, which cuDNN reads as an additive bias (JAX's internal packed layout, segment
+  offsets and lengths, gave wrong gradients on an H100 with jax 0.11.2 / cuDNN 9.19 while its
+  forward pass was right, so it is not used).
 - `splash`: the Pallas TPU splash-attention kernel; padding and packed documents become segment
-  ids, a causal square its causal mask object. It has no bias and no per-row masks. Off TPU it
-  runs in Pallas interpret mode, which is how the CPU tests run it.
+  ids, a causal square and a sliding window its mask objects (whose empty blocks it skips). It
+  has no bias and no per-row masks. Off TPU it runs in Pallas interpret mode, which is how the
+  CPU tests run it.
 - `auto`: the fastest of those that serve the mask kind on this platform (cudnn on GPU, splash on
   TPU), else `xla`, with one logged line saying why.
 
@@ -55,7 +57,8 @@ _SPLASH_BLOCK = 128  # splash's block sizes are multiples of 128 (TPU lanes); le
 class FusedMask:
     """A mask in the fused kernels' vocabulary: segment ids, a query sees the keys of its own
     segment (0 marks a padding key), plus a causal square. `kind` names the mask for messages
-    ("padding", "packed", "causal", "packed causal"; kinds with no segment form, such as
+    ("padding", "packed", "causal", "packed causal", "causal sliding window", ...; kinds with no
+    segment form, such as
     "prefix", "per-row kinds", "explicit" or "cached decoding", have `query` None and run on xla).
     """
 
@@ -63,10 +66,11 @@ class FusedMask:
     query: Array | None = None  # [batch, queries] int
     key: Array | None = None  # [batch, keys] int, 0: padding
     causal: bool = flax.struct.field(pytree_node=False, default=False)
+    window: int | None = flax.struct.field(pytree_node=False, default=None)  # keys per side (`Mask.window`)
 
     @property
     def packed(self) -> bool:
-        return self.kind in ("packed", "packed causal")
+        return self.kind.startswith("packed")
 
 
 GENERAL = FusedMask(kind="general")  # a mask given only as a boolean array (a family's own attention)
@@ -111,7 +115,7 @@ def _cannot(backend: str, *, platform: str, dtype: str, head_dim: int, mask: Fus
             return f"runs bfloat16 or float16 only (model.dtype={dtype!r}; set model.dtype='bfloat16')"
         if head_dim % 8 or head_dim > 256:
             return f"needs a head width that is a multiple of 8 and at most 256 (it is {head_dim})"
-        if strict and mask is not None and mask.query is None:
+        if strict and mask is not None and (mask.query is None or (mask.window is not None and not mask.causal)):
             return f"takes the {mask.kind} mask only as a dense bias, no faster than xla"
         if strict and bias:
             return "would need the gradient of a learned score bias, which cuDNN supports only partly"
@@ -191,15 +195,16 @@ def _cudnn(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bool,
            scale: float | None, fused: FusedMask) -> Array:
     """cuDNN flash attention: key lengths and `is_causal` for the kinds that have them, else the
     boolean mask at full [batch, 1, queries, keys] (cuDNN's bias must span both lengths)."""
-    lengths, mask = None, None
-    if fused.key is not None and not fused.packed:
+    lengths, mask, window = None, None, None
+    if fused.key is not None and not fused.packed and (fused.window is None or fused.causal):
         lengths = jnp.sum(fused.key > 0, axis=-1, dtype=jnp.int32)
         is_causal = fused.causal
+        window = None if fused.window is None else (fused.window, 0)  # cuDNN's windows look back only
     elif allowed is not None:
         mask = jnp.broadcast_to(allowed, (q.shape[0], 1, q.shape[1], k.shape[1]))
     return jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype), mask=mask,
                                         is_causal=is_causal, scale=scale, key_value_seq_lengths=lengths,
-                                        implementation="cudnn")
+                                        local_window_size=window, implementation="cudnn")
 
 
 def _signature(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bool, bias: Array | None,
@@ -207,7 +212,7 @@ def _signature(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: b
     """What `_probe_cudnn` compiles: the shapes and dtypes of one attention call, hashable."""
     spec = lambda x: None if x is None else jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
     return (spec(q), spec(k), spec(v), spec(allowed), is_causal, spec(bias), scale, fused.kind, fused.causal,
-            spec(fused.query), spec(fused.key))
+            fused.window, spec(fused.query), spec(fused.key))
 
 
 @functools.cache
@@ -216,11 +221,11 @@ def _probe_cudnn(requested: str, signature: tuple) -> tuple[str, str]:
     unsupported combinations fail at compile time ("No valid engine configs"), not at trace time,
     so without the probe they would fail inside the first step's compile with a long trace.
     (backend, why): `auto` falls back to xla; an explicit `cudnn` stops with the error's first line."""
-    q, k, v, allowed, is_causal, bias, scale, kind, causal, query, key = signature
+    q, k, v, allowed, is_causal, bias, scale, kind, causal, window, query, key = signature
     has = lambda x: x is not None  # noqa: E731
 
     def loss(q, k, v, allowed, bias, query, key):
-        fused = FusedMask(kind=kind, query=query, key=key, causal=causal)
+        fused = FusedMask(kind=kind, query=query, key=key, causal=causal, window=window)
         out = _cudnn(q, k, v, allowed, is_causal, bias, scale, fused)
         return jnp.sum(out.astype(jnp.float32))
 
@@ -248,7 +253,7 @@ def _splash(q: Array, k: Array, v: Array, scale: float | None, fused: FusedMask)
     q_seg = jnp.pad(fused.query.astype(jnp.int32), ((0, 0), (0, qpad)), constant_values=-1)
     k_seg = jnp.pad(fused.key.astype(jnp.int32), ((0, 0), (0, kpad)), constant_values=-2)
     heads_first = lambda x, pad: jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)  # noqa: E731
-    kernel = _splash_kernel(heads, qlen + qpad, klen + kpad, fused.causal, jax.default_backend() != "tpu")
+    kernel = _splash_kernel(heads, qlen + qpad, klen + kpad, fused.causal, fused.window, jax.default_backend() != "tpu")
     from jax.experimental.pallas.ops.tpu.splash_attention import SegmentIds
     out = jax.vmap(lambda q, k, v, qs, ks: kernel(q, k, v, segment_ids=SegmentIds(q=qs, kv=ks)))(
         heads_first(q, qpad), heads_first(k, kpad), heads_first(v, kpad), q_seg, k_seg)
@@ -256,7 +261,7 @@ def _splash(q: Array, k: Array, v: Array, scale: float | None, fused: FusedMask)
 
 
 @functools.cache
-def _splash_kernel(heads: int, qlen: int, klen: int, causal: bool, interpret: bool) -> Callable:
+def _splash_kernel(heads: int, qlen: int, klen: int, causal: bool, window: int | None, interpret: bool) -> Callable:
     """One splash kernel per shape and mask (building one processes the mask's blocks in numpy).
     Blocks: the largest of 512, 256, 128 that divides both lengths (bigger blocks keep the TPU's
     matrix unit busier; at these lengths every one fits in its memory)."""
@@ -265,7 +270,11 @@ def _splash_kernel(heads: int, qlen: int, klen: int, causal: bool, interpret: bo
     sizes = sa.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
                           block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
     shape = (qlen, klen)
-    mask = sa.MultiHeadMask([sa.CausalMask(shape) if causal else sa.FullMask(shape)] * heads)
+    if window is not None:  # its blocks outside the band are skipped, not computed and masked
+        one = sa.LocalMask(shape, window_size=(window, 0 if causal else window), offset=0)
+    else:
+        one = sa.CausalMask(shape) if causal else sa.FullMask(shape)
+    mask = sa.MultiHeadMask([one] * heads)
     with jax.ensure_compile_time_eval():  # its mask tables are constants, not values of the trace that asks first
         return sa.make_splash_mha(mask, head_shards=1, q_seq_shards=1, block_sizes=sizes, interpret=interpret)
 

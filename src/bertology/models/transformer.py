@@ -245,7 +245,9 @@ class Mask:
       right-to-left (keys at or after it) or sequence-to-sequence (every query sees the
       `prefix[b]` source keys, and a target query also the target keys up to itself; a source
       query sees no target). An id outside `KINDS` counts as bidirectional;
-    - explicit: and only where `explicit[b, q, k]` is True (XLNet's permutations).
+    - explicit: and only where `explicit[b, q, k]` is True (XLNet's permutations);
+    - sliding window: and only keys at most `window` positions away (on each side; before the
+      query only, when causal): the local attention of the long-document encoders.
 
     Kinds and prefixes are per-row scalars, so no [batch, L, L] array crosses from the host.
     """
@@ -258,6 +260,7 @@ class Mask:
     explicit: Array | None = None  # [batch, queries, keys] bool
     kinds: Array | None = None  # [batch] int, indices into KINDS
     causal: bool = flax.struct.field(pytree_node=False, default=False)
+    window: int | None = flax.struct.field(pytree_node=False, default=None)  # keys per side; None: no limit
 
     @classmethod
     def from_batch(cls, batch: dict[str, Array], causal: bool = False) -> "Mask":
@@ -288,6 +291,10 @@ class Mask:
             allowed = allowed & explicit[:, None]
         if self.kinds is not None:
             allowed = allowed & self._per_row_kinds(rows)[:, None]
+        if self.window is not None:
+            key_pos = jnp.arange(self.keys.shape[1])
+            queries = key_pos[None, :] if rows is None else rows
+            allowed = allowed & (jnp.abs(queries[..., None] - key_pos[None, None, :]) <= self.window)[:, None]
         if not self.causal:
             return allowed, False
         prefix = self.prefix if self.kinds is None else None
@@ -308,17 +315,19 @@ class Mask:
         restriction by segment and a causal square come back without segments and run on xla."""
         for kind, present in (("explicit", self.explicit is not None), ("per-row kinds", self.kinds is not None),
                               ("prefix", self.causal and self.prefix is not None),
-                              ("cached decoding", self.causal and rows is not None)):
+                              ("cached decoding", self.causal and rows is not None),
+                              ("sliding window at chosen rows", self.window is not None and rows is not None)):
             if present:
                 return FusedMask(kind=kind)
+        name = " ".join(w for w, on in (("packed", self.documents is not None), ("causal", self.causal),
+                                        ("sliding window", self.window is not None)) if on) or "padding"
         if self.documents is None:
             key = self.keys.astype(jnp.int32)
             query = jnp.ones((self.keys.shape[0], queries), jnp.int32)
-            return FusedMask(kind="causal" if self.causal else "padding", query=query, key=key, causal=self.causal)
-        key = jnp.where(self.keys, self.documents, 0).astype(jnp.int32)
-        query = self.documents if rows is None else jnp.take_along_axis(self.documents, rows, axis=1)
-        return FusedMask(kind="packed causal" if self.causal else "packed", query=query.astype(jnp.int32), key=key,
-                         causal=self.causal)
+        else:
+            key = jnp.where(self.keys, self.documents, 0).astype(jnp.int32)
+            query = (self.documents if rows is None else jnp.take_along_axis(self.documents, rows, axis=1)).astype(jnp.int32)
+        return FusedMask(kind=name, query=query, key=key, causal=self.causal, window=self.window)
 
     def _per_row_kinds(self, rows: Array | None) -> Array:
         """[batch, queries, keys] visibility of each row's kind (see the class docstring)."""
