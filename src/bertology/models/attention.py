@@ -270,6 +270,7 @@ def _splash_kernel(heads: int, qlen: int, klen: int, causal: bool, window: int |
     sizes = sa.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
                           block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
     shape = (qlen, klen)
+    one: sa.Mask
     if window is not None:  # its blocks outside the band are skipped, not computed and masked
         one = sa.LocalMask(shape, window_size=(window, 0 if causal else window), offset=0)
     else:
