@@ -234,9 +234,10 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
     config = config_of(case, dtype, vocab_multiple)
     batch = batch_of(case, config)
     tokens = batch["input_ids"].size
-    row: dict[str, Any] = {"case": case.name, "shape": f"{case.batch}x{case.length}" + (
-        f"->{case.target}" if case.target else ""), "backend": case.backend,
-        "ran": chosen_backend(case, config), "dtype": dtype, "vocab_multiple": vocab_multiple, "flops_per_token": models.flops_per_token(config)}
+    shape = f"{case.batch}x{case.length}" + (f"->{case.target}" if case.target else "")
+    row: dict[str, Any] = {"case": case.name, "shape": shape, "backend": case.backend, "ran": chosen_backend(case, config),
+                           "dtype": dtype, "vocab_multiple": vocab_multiple,
+                           "flops_per_token": models.flops_per_token(config)}
     step, row["setup_s"], row["ours_bytes"], again = ours_step(config, batch)
     runs = [step]
     peak_theirs: Callable[[], float | None] = lambda: None  # noqa: E731
@@ -281,12 +282,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--no_reference", action="store_true", help="skip Hugging Face PyTorch")
     p.add_argument("--vocab_multiple", type=int, default=1, help="pad our vocabulary to this multiple (128: GPUs, TPUs)")
     p.add_argument("--profile", action="store_true", help="trace 3 steps of ours per case; print the kernel split")
-    p.add_argument("--cache_dir", default=os.path.expanduser("~/.cache/bertology/jax_compile"))
+    p.add_argument("--cache_dir", default=None, help="JAX's persistent compilation cache (default: the one "
+                   "JAX_COMPILATION_CACHE_DIR names, else ~/.cache/bertology/jax_compile)")
     p.add_argument("--out", default="runs/benchmarks")
     args = p.parse_args(argv)
 
-    jax.config.update("jax_compilation_cache_dir", args.cache_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    if args.cache_dir or not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", args.cache_dir or os.path.expanduser("~/.cache/bertology/jax_compile"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     cases = SMOKE if args.smoke else CASES
     if args.cases:
         wanted = args.cases.split(",")
