@@ -296,3 +296,18 @@ def test_new_knobs_off_by_default():
         TransformerConfig(norm="pre", local_attention=8, global_attn_every_n_layers=3, scan_layers=True)
     with pytest.raises(UserError, match="first_attention_norm"):
         TransformerConfig(first_attention_norm=False)
+
+
+def test_flops_per_token_is_the_hand_count():
+    """The GeGLU block's two input projections counted; no pooler or sentence head; attention over
+    the whole row (the xla backend computes a window's full scores, masked)."""
+    c = load_config("tiny")
+    c.model.vocab_size = v = 8000
+    n, h, i, s, p = 3, 128, 256, 128, 39  # layers, width, GeGLU width, sequence, predictions (the tiny recipe)
+    assert (c.model.num_layers, c.model.hidden_size, c.model.intermediate_size) == (n, h, i)
+    assert (c.data.max_seq_length, c.data.max_predictions_per_seq) == (s, p)
+    keys_values = 2 * 2 * h * h
+    per_query = 2 * 2 * h * h + 2 * h * (2 * i) + 2 * i * h + 2 * 2 * s * h  # query, output; Wi (2I), Wo; attention
+    encoder = n * keys_values + (n - 1) * per_query + per_query * (p + 1) / s
+    mlm = (2 * h * h + 2 * h * v) * p / s
+    assert models.flops_per_token(c) == pytest.approx(3 * (encoder + mlm), rel=1e-12)
