@@ -22,7 +22,7 @@ def stack(cfg: TransformerConfig, length: int, rows: int | None = None, nominal:
     """Forward FLOPs per input token of a stack of `cfg.num_layers` layers over `length` tokens;
     `rows`: how many query rows the last layer runs (None: all)."""
     h, i, a = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim  # a: attention width
-    mlp = 2 * h * i * (2 if cfg.activation == "gated_gelu" else 1) + 2 * i * h
+    mlp = 2 * h * i * (2 if cfg.gated else 1) + 2 * i * h
     keys_values = 2 * 2 * h * a
     per_query = 2 * 2 * h * a + mlp + 2 * 2 * length * a  # query and output; MLP; scores and context
     last = 1.0 if rows is None or nominal else rows / length

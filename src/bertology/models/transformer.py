@@ -4,13 +4,16 @@ Families differ in a handful of settings, so this module exposes exactly those i
 `TransformerConfig` and families never fork it:
 - where the LayerNorm sits (`norm`: post, BERT and GPT-1; pre with a final norm, GPT-2 and T5),
   which norm (`norm_kind`), biases (`use_bias`), the activation (GELU, tanh-GELU, ReLU, gated);
-- positions (`positions`: a learned absolute table, T5's relative bias buckets, or none), segment
+- positions (`positions`: a learned absolute table, T5's relative bias buckets, rotary embeddings
+  of the queries and keys (Su et al. 2021, RoFormer), or none), segment
   embeddings (`type_vocab_size`, 0 for none), a LayerNorm on the embeddings (`embedding_norm`) and
   BART's sqrt(d) scaling of the token embeddings (`scale_embeddings`);
 - attention: a head width independent of hidden/heads (`head_size`, T5's d_kv) and whether the
   scores are divided by sqrt(head width) (`scale_attention`; T5 folds it into the initialisation,
   `init_scheme="fan_in"`);
 - factorized embeddings (`embedding_size`, ALBERT/ELECTRA) and cross-layer sharing (`share_layers`);
+- alternating local and global attention (`local_attention`, `global_attn_every_n_layers`: a
+  sliding window in all but every n-th layer, each with its own rotary base, as ModernBERT);
 - who may attend to whom, which is *data*: `Mask.from_batch` builds it from the batch
   (padding, packed documents, causal, a per-row prefix, or an explicit per-example matrix), so
   the same parameters serve BERT rows, GPT rows and UniLM's mixed rows.
@@ -39,10 +42,11 @@ Array = jax.Array
 
 SHARING = ("none", "all", "attention", "ffn")
 REMAT = ("none", "full", "dots_saveable")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "gated_gelu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "gated_gelu", "geglu")
+GATED = ("gated_gelu", "geglu")  # the activations whose feed-forward input is gated by a second projection
 NORMS = ("post", "pre")
 NORM_KINDS = ("layernorm", "rmsnorm")
-POSITIONS = ("absolute", "relative_bias", "none")
+POSITIONS = ("absolute", "relative_bias", "rotary", "none")
 INIT_SCHEMES = ("bert", "fan_in")
 
 
@@ -74,11 +78,23 @@ class TransformerConfig:
     position_offset: int = 0  # first position id (RoBERTa's tables start after the padding index: 2)
     adapter_size: int | None = None  # Houlsby adapters' bottleneck width; None: no adapters
     pooler: bool = True  # dense+tanh on the first token; False (ELECTRA): `pooled` is that token as is
-    activation: str = "gelu"  # gelu (erf) | gelu_tanh | relu | gated_gelu (T5 v1.1: tanh-GELU gate)
+    # gelu (erf) | gelu_tanh | relu | gated_gelu (T5 v1.1: tanh-GELU gate) | geglu (erf-GELU gate: Shazeer 2020's
+    # GEGLU, ModernBERT's; act(intermediate(x)) * intermediate_linear(x))
+    activation: str = "gelu"
     norm: str = "post"  # post (BERT, GPT-1) | pre (GPT-2, T5: norm before each sublayer, one at the end)
     norm_kind: str = "layernorm"  # layernorm | rmsnorm (T5)
     use_bias: bool = True  # biases in dense layers (T5 has none)
-    positions: str = "absolute"  # absolute (learned table) | relative_bias (T5 buckets) | none
+    norm_bias: bool = True  # LayerNorm's additive bias (ModernBERT's norms have none); rmsnorm never has one
+    # pre-LN only: the norm before the first layer's attention; False (ModernBERT): the first layer
+    # reads the embedding output as is (HF ModernBertEncoderLayer's attn_norm is Identity at layer 0)
+    first_attention_norm: bool = True
+    positions: str = "absolute"  # absolute (learned table) | relative_bias (T5 buckets) | rotary | none
+    rope_theta: float = 10000.0  # rotary: the base of the frequencies (ModernBERT's global layers: 160000)
+    local_rope_theta: float | None = None  # rotary in the sliding-window layers; None: rope_theta
+    # Sliding-window layers (ModernBERT; HF's `local_attention`): the window's total width, each query
+    # seeing the keys at most local_attention // 2 positions away; None: every layer global.
+    local_attention: int | None = None
+    global_attn_every_n_layers: int = 1  # with local_attention: layer i is global when i % n == 0, local otherwise
     relative_buckets: int = 32  # T5's relative attention buckets ...
     relative_max_distance: int = 128  # ... and the distance where the last bucket starts
     embedding_norm: bool = True  # LayerNorm on the summed embeddings (BERT); GPT has none
@@ -123,6 +139,24 @@ class TransformerConfig:
             raise UserError(f"model.dtype={self.dtype!r} is unknown; use float32 or bfloat16")
         if self.scan_layers and self.share_layers != "none":
             raise UserError("model.scan_layers needs distinct layers; set share_layers='none' or scan_layers=False")
+        if self.positions == "rotary" and self.head_dim % 2:
+            raise UserError(f"model.positions='rotary' rotates pairs of head dimensions; head width {self.head_dim} "
+                            "is odd")
+        if self.local_attention is not None:
+            if self.local_attention < 2:
+                raise UserError(f"model.local_attention={self.local_attention}: the window's total width, at least 2 "
+                                "(each query sees local_attention // 2 keys on each side); None for global attention")
+            if self.global_attn_every_n_layers < 1:
+                raise UserError(f"model.global_attn_every_n_layers={self.global_attn_every_n_layers}: must be >= 1 "
+                                "(layer i is global when i % n == 0)")
+        if not self.first_attention_norm and self.norm != "pre":
+            raise UserError("model.first_attention_norm=False leaves out a pre-LN norm; it needs model.norm='pre'")
+        if self.scan_layers and (self.has_local_layers or not self.first_attention_norm):
+            raise UserError("model.scan_layers repeats one layer; local/global layers (model.local_attention) and "
+                            "model.first_attention_norm=False make the layers differ: set scan_layers=False")
+        if self.share_layers in ("all", "attention") and (self.has_local_layers or not self.first_attention_norm):
+            raise UserError(f"model.share_layers={self.share_layers!r} shares one attention block, but local/global "
+                            "layers (model.local_attention) or model.first_attention_norm=False make them differ")
 
     @property
     def decoder_layers(self) -> int:
@@ -149,6 +183,20 @@ class TransformerConfig:
         return logits if self.padded_vocab_size == self.vocab_size else logits[..., :self.vocab_size]
 
     @property
+    def has_local_layers(self) -> bool:
+        """Whether some layer attends within a sliding window (`local_attention`)."""
+        return self.local_attention is not None and self.num_layers > 1 and self.global_attn_every_n_layers > 1
+
+    def is_local(self, layer: int) -> bool:
+        """Whether layer `layer` attends within the sliding window (ModernBERT: all but every n-th)."""
+        return self.local_attention is not None and layer % self.global_attn_every_n_layers != 0
+
+    @property
+    def gated(self) -> bool:
+        """Whether the feed-forward input is gated by a second projection (`GATED`)."""
+        return self.activation in GATED
+
+    @property
     def head_dim(self) -> int:
         return self.head_size or self.hidden_size // self.num_heads
 
@@ -161,10 +209,10 @@ class TransformerConfig:
         return jnp.dtype(self.dtype)
 
     def act(self, x: Array) -> Array:
-        """The configured non-linearity (for `gated_gelu`, the gate's tanh-GELU)."""
+        """The configured non-linearity (for `gated_gelu`, the gate's tanh-GELU; for `geglu`, the erf GELU)."""
         if self.activation == "relu":
             return nn.relu(x)
-        return nn.gelu(x, approximate=self.activation != "gelu")
+        return nn.gelu(x, approximate=self.activation not in ("gelu", "geglu"))
 
 
 def init(cfg: TransformerConfig, names: tuple[str | None, ...], scale: float = 1.0,
@@ -215,12 +263,13 @@ def dense(cfg: TransformerConfig, features: int, names: tuple[str | None, str | 
 
 
 def layer_norm(cfg: TransformerConfig, name: str) -> nn.Module:
-    """The configured norm over `embed` (LayerNorm with bias, or T5's RMSNorm without)."""
+    """The configured norm over `embed` (LayerNorm, with a bias unless `norm_bias=False`, or T5's RMSNorm)."""
     if cfg.norm_kind == "rmsnorm":
         return nn.RMSNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype, scale_init=ones(("embed",)), name=name)
     return nn.LayerNorm(
         epsilon=cfg.layer_norm_eps,
         dtype=cfg.compute_dtype,
+        use_bias=cfg.norm_bias,
         scale_init=ones(("embed",)),
         bias_init=zeros(("embed",)),
         name=name,
@@ -250,6 +299,8 @@ class Mask:
       query only, when causal): the local attention of the long-document encoders.
 
     Kinds and prefixes are per-row scalars, so no [batch, L, L] array crosses from the host.
+    `positions` ([batch, length] int) restricts nothing: it is each token's position, which rotary
+    attention (`positions="rotary"`) rotates the queries and keys by; the stack sets it.
     """
 
     KINDS = ("bidirectional", "left_to_right", "right_to_left", "seq2seq")  # `mask_kind` ids 0..3
@@ -261,6 +312,7 @@ class Mask:
     kinds: Array | None = None  # [batch] int, indices into KINDS
     causal: bool = flax.struct.field(pytree_node=False, default=False)
     window: int | None = flax.struct.field(pytree_node=False, default=None)  # keys per side; None: no limit
+    positions: Array | None = None  # [batch, length] int: rotary attention's token positions (not a restriction)
 
     @classmethod
     def from_batch(cls, batch: dict[str, Array], causal: bool = False) -> "Mask":
@@ -340,6 +392,24 @@ class Mask:
         kind = self.kinds[:, None, None]
         l2r, r2l, s2s = (self.KINDS.index(k) for k in ("left_to_right", "right_to_left", "seq2seq"))
         return jnp.where(kind == l2r, before, jnp.where(kind == r2l, after, jnp.where(kind == s2s, seq2seq, True)))
+
+
+def rotary(x: Array, positions: Array, theta: float) -> Array:
+    """`x` ([batch, length, heads, head_dim]) rotated by its tokens' `positions` ([batch, length]):
+    rotary position embeddings (Su et al. 2021, "RoFormer", arXiv 2104.09864) in the "rotate half"
+    layout of GPT-NeoX and Hugging Face (`modeling_modernbert.rotate_half`, `apply_rotary_pos_emb`):
+    dimension j < d/2 pairs with j + d/2, both turned by the angle position · theta^(-2j/d). So a
+    query-key product depends on the two positions only through their difference. Computed in
+    float32 (as HF's cos/sin), returned in `x`'s dtype."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [batch, length, d/2]
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # one per head
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    x32 = x.astype(jnp.float32)
+    x1, x2 = x32[..., : d // 2], x32[..., d // 2:]
+    rotated = jnp.concatenate([-x2, x1], axis=-1)
+    return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
 class Adapter(nn.Module):
@@ -478,15 +548,23 @@ class Attention(nn.Module):
     Applied with the `intermediates` collection mutable, it also sows its pre-softmax scores
     (`scores`, [batch, heads, queries, keys] float32, unmasked), which attention distillation
     (TinyBERT) compares; without it they are never computed.
+
+    `local`: this layer's self-attention sees only the keys at most `cfg.local_attention // 2`
+    positions away (the mask's `window`) and rotates by `cfg.local_rope_theta`; `pre_norm=False`:
+    pre-LN without the norm before the sublayer (ModernBERT's first layer). With
+    `positions="rotary"` the self-attention's queries and keys are rotated by the mask's positions
+    (`rotary`) before the scores; cross-attention's are not.
     """
 
     cfg: TransformerConfig
+    local: bool = False
+    pre_norm: bool = True
 
     @nn.compact
     def __call__(self, x: Array, mask: Mask, bias: Array | None, deterministic: bool, rows: Array | None = None,
                  context: Array | None = None, decode: bool = False) -> Array:
         cfg = self.cfg
-        norm = layer_norm(cfg, "norm")
+        norm = layer_norm(cfg, "norm") if cfg.norm == "post" or self.pre_norm else (lambda y: y)
         x_all = x
         h_all = norm(x_all) if cfg.norm == "pre" else x_all
         if rows is not None:
@@ -503,6 +581,16 @@ class Attention(nn.Module):
             k, v, mask = self._cross_keys(key, value, context, mask, decode)
         else:
             k, v = key(h_all), value(h_all)
+            if cfg.positions == "rotary":
+                if mask.positions is None:
+                    raise ValueError("positions='rotary' needs the token positions on the mask (Stack.run sets them)")
+                theta = cfg.rope_theta
+                if self.local and cfg.local_rope_theta is not None:
+                    theta = cfg.local_rope_theta
+                q_pos = mask.positions if rows is None else jnp.take_along_axis(mask.positions, rows, axis=1)
+                q, k = rotary(q, q_pos, theta), rotary(k, mask.positions, theta)
+            if self.local:
+                mask = mask.replace(window=cfg.local_attention // 2)
             if decode:  # the queries are the positions after the cached ones
                 k, v, mask, start = self._append_to_cache(k, v, mask)
                 rows = start + jnp.arange(q.shape[1])[None, :]
@@ -560,7 +648,7 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Position-wise MLP (gated for `gated_gelu`), with the residual and the norm."""
+    """Position-wise MLP (gated for `gated_gelu` and `geglu`), with the residual and the norm."""
 
     cfg: TransformerConfig
 
@@ -570,7 +658,7 @@ class FeedForward(nn.Module):
         norm = layer_norm(cfg, "norm")
         inputs = norm(x) if cfg.norm == "pre" else x
         h = cfg.act(dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate")(inputs))
-        if cfg.activation == "gated_gelu":
+        if cfg.gated:
             h = h * dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate_linear")(inputs)
         if cfg.activation_dropout_rate:
             h = Dropout(cfg.activation_dropout_rate)(h, deterministic=deterministic)
@@ -788,7 +876,8 @@ class Stack(nn.Module):
             n_ffn = 1 if cfg.share_layers in ("all", "ffn") else n
             attn_cls = _remat(Attention, cfg.remat, _ATTENTION_STATIC)
             ffn_cls = _remat(FeedForward, cfg.remat, _FFN_STATIC)
-            self.attention = [attn_cls(cfg, name=f"attention_{i}") for i in range(n_attn)]
+            self.attention = [attn_cls(cfg, local=cfg.is_local(i), pre_norm=i > 0 or cfg.first_attention_norm,
+                                       name=f"attention_{i}") for i in range(n_attn)]
             if self.cross:
                 self.cross_attention = [attn_cls(cfg, name=f"cross_attention_{i}") for i in range(n_attn)]
             self.ffn = [ffn_cls(cfg, name=f"ffn_{i}") for i in range(n_ffn)]
@@ -805,6 +894,8 @@ class Stack(nn.Module):
             x = self.embeddings_projection(x)
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
         mask = Mask.from_batch(batch, causal=self.causal)
+        if cfg.positions == "rotary":
+            mask = mask.replace(positions=positions)
         bias = self.relative_bias(ids.shape[1], decode) if cfg.positions == "relative_bias" else None
         if cfg.scan_layers:
             last, states = self.layers(x, mask, bias, deterministic, context, context_mask, decode)
