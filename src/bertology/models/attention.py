@@ -55,11 +55,10 @@ _SPLASH_BLOCK = 128  # splash's block sizes are multiples of 128 (TPU lanes); le
 
 @flax.struct.dataclass
 class FusedMask:
-    """A mask in the fused kernels' vocabulary: segment ids, a query sees the keys of its own
-    segment (0 marks a padding key), plus a causal square. `kind` names the mask for messages
-    ("padding", "packed", "causal", "packed causal", "causal sliding window", ...; kinds with no
-    segment form, such as
-    "prefix", "per-row kinds", "explicit" or "cached decoding", have `query` None and run on xla).
+    """A mask in the fused kernels' vocabulary: segment ids (a query sees the keys of its own
+    segment; 0 marks a padding key), a causal square and a sliding window. `kind` names the mask
+    for messages ("padding", "packed", "causal", "packed causal sliding window", ...); kinds with
+    no segment form ("prefix", "per-row kinds", "explicit", "cached decoding") have `query` None.
     """
 
     kind: str = flax.struct.field(pytree_node=False)
@@ -88,10 +87,9 @@ def choose(requested: str, *, platform: str, dtype: str, head_dim: int, mask: Fu
         raise UserError(f"model.attention_backend={requested!r} is unknown; use one of {BACKENDS}")
     if requested == "xla":
         return "xla", ""
-    candidates = [requested] if requested != "auto" else {"gpu": ["cudnn"], "tpu": ["splash"]}.get(platform, [])
-    if not candidates:
+    backend = requested if requested != "auto" else {"gpu": "cudnn", "tpu": "splash"}.get(platform)
+    if backend is None:
         return "xla", f"no fused attention kernel on {platform}"
-    backend = candidates[0]
     why = _cannot(backend, platform=platform, dtype=dtype, head_dim=head_dim, mask=mask, bias=bias,
                   dropout=dropout, strict=requested == "auto")
     if not why:
