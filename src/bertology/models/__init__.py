@@ -113,6 +113,20 @@ def transformer_config(model_config: ModelConfig, extra_keys: tuple[str, ...] = 
     return TransformerConfig(**fields)
 
 
+def fixed_architecture(model_config: ModelConfig, architecture: dict[str, Any], name: str,
+                       why: str) -> TransformerConfig:
+    """`transformer_config` of a block whose family fixes `architecture`: each key filled in where
+    the block leaves it out, a block that sets one otherwise refused in one line ("model.norm='post':
+    <name> has norm='pre' <why>")."""
+    block = dict(model_config)
+    for key, value in architecture.items():
+        if block.get(key) is None:
+            block[key] = value
+        elif block[key] != value:
+            raise UserError(f"model.{key}={block[key]!r}: {name} has {key}={value!r} {why}")
+    return transformer_config(block)
+
+
 def encoder_config(model_config: ModelConfig) -> Any:
     """The trunk's config of a `model` block (a TransformerConfig for every Transformer family)."""
     return family(dict(model_config)["family"]).trunk_config(model_config)

@@ -19,9 +19,8 @@ configs choose through `data.sentence_task` (`configs/megatron_bert.py`).
 
 from __future__ import annotations
 
-from bertology.errors import UserError
 from bertology.families.bert.model import Model, flops_per_token, trunk
-from bertology.models import Family, ModelConfig, transformer_config
+from bertology.models import Family, ModelConfig, fixed_architecture
 from bertology.models.transformer import TransformerConfig
 
 # What makes the core compute Megatron-BERT rather than BERT.
@@ -31,14 +30,8 @@ ARCHITECTURE = {"norm": "pre", "embedding_norm": False}
 def config(model_config: ModelConfig) -> TransformerConfig:
     """The trunk's config: the block's `TransformerConfig` with `ARCHITECTURE` filled in where the
     block leaves it out; a block that sets any of it otherwise is refused."""
-    block = dict(model_config)
-    for key, value in ARCHITECTURE.items():
-        if block.get(key) is None:
-            block[key] = value
-        elif block[key] != value:
-            raise UserError(f"model.{key}={block[key]!r}: Megatron-BERT has {key}={value!r} (pre-LN layers, a final "
-                            "LayerNorm, none on the embeddings); for BERT's post-LN network use model.family='bert'")
-    return transformer_config(block)
+    return fixed_architecture(model_config, ARCHITECTURE, "Megatron-BERT", "(pre-LN layers, a final LayerNorm, none "
+                              "on the embeddings); for BERT's post-LN network use model.family='bert'")
 
 
 # BERT's network, heads and FLOP count on the Megatron core settings; the stack's layer names are

@@ -33,9 +33,8 @@ Rotary positions are the row's own (`positions` when the data packs documents, e
 
 from __future__ import annotations
 
-from bertology.errors import UserError
 from bertology.families.roberta.model import Model, flops_per_token, trunk
-from bertology.models import Family, ModelConfig, transformer_config
+from bertology.models import Family, ModelConfig, fixed_architecture
 from bertology.models.transformer import TransformerConfig
 
 # What makes the core compute ModernBERT.
@@ -56,14 +55,8 @@ ARCHITECTURE = {
 def config(model_config: ModelConfig) -> TransformerConfig:
     """The trunk's config: the block's `TransformerConfig` with `ARCHITECTURE` filled in where the
     block leaves it out; a block that sets any of it otherwise is refused."""
-    block = dict(model_config)
-    for key, value in ARCHITECTURE.items():
-        if block.get(key) is None:
-            block[key] = value
-        elif block[key] != value:
-            raise UserError(f"model.{key}={block[key]!r}: ModernBERT has {key}={value!r} (pre-LN without biases, "
-                            "rotary positions, GeGLU, no segments or pooler)")
-    return transformer_config(block)
+    return fixed_architecture(model_config, ARCHITECTURE, "ModernBERT", "(pre-LN without biases, rotary positions, "
+                              "GeGLU, no segments or pooler)")
 
 
 # RoBERTa's network, MLM head and FLOP count (the encoder at every token, its last layer at the
