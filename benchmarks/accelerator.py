@@ -154,9 +154,9 @@ def chosen_backend(case: Case, config: Any) -> str:
         return f"refused: {e}"
 
 
-def ours_step(config: Any, batch: dict[str, np.ndarray]) -> tuple[Callable[[], None], float, float | None, Callable]:
+def ours_step(config: Any, batch: dict[str, np.ndarray]) -> tuple[Callable[[], None], float, float | None]:
     """(one step of ours, returning once done; setup seconds: build, init, trace, probes and
-    compile; XLA's planned bytes for the step; a function that runs n steps, for profiling)."""
+    compile; XLA's planned bytes for the step)."""
     start = time.perf_counter()
     jitted, state = ours(config, batch)
     device_batch, key = jax.device_put(batch), jax.random.key(0)
@@ -170,7 +170,7 @@ def ours_step(config: Any, batch: dict[str, np.ndarray]) -> tuple[Callable[[], N
         jax.block_until_ready((holder[0], metrics))
 
     step()
-    return step, time.perf_counter() - start, planned, step
+    return step, time.perf_counter() - start, planned
 
 
 def alternate(steps: list[Callable[[], None]], n: int, warmup: int = 2) -> list[float]:
@@ -238,7 +238,7 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
     row: dict[str, Any] = {"case": case.name, "shape": shape, "backend": case.backend, "ran": chosen_backend(case, config),
                            "dtype": dtype, "vocab_multiple": vocab_multiple,
                            "flops_per_token": models.flops_per_token(config)}
-    step, row["setup_s"], row["ours_bytes"], again = ours_step(config, batch)
+    step, row["setup_s"], row["ours_bytes"] = ours_step(config, batch)
     runs = [step]
     peak_theirs: Callable[[], float | None] = lambda: None  # noqa: E731
     if reference:
@@ -261,7 +261,7 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
         row["hf_bytes"] = peak_theirs()
     if profile:
         try:
-            row["profile"] = kernel_profile(again)
+            row["profile"] = kernel_profile(step)
         except Exception as e:  # noqa: BLE001 - a profiler problem must not lose the timing
             row["profile"] = {"failed": f"{type(e).__name__}: {str(e)[:200]}"}
     return row
