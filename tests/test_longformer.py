@@ -32,7 +32,8 @@ transformers = pytest.importorskip("transformers")
 B, L, V = 3, 38, 97
 LENGTHS = (38, 29, 11)
 TOLERANCE = 1e-4  # float32 parity, as tests/test_interop.py
-# 2 layers, windows of 8 and 4 (4 and 2 keys each side; HF pads to a multiple of the widest, which the others must divide) over rows of up to 38 tokens (no multiple of either)
+# 2 layers, windows of 8 and 4 (4 and 2 keys each side) over rows of up to 38 tokens (no multiple of
+# either); HF pads rows to a multiple of the widest window, which the others must divide
 SMALL = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
              max_position_embeddings=64, attention_window=[8, 4], type_vocab_size=1, pad_token_id=1,
              bos_token_id=0, eos_token_id=2, sep_token_id=2, layer_norm_eps=1e-5)
@@ -289,7 +290,7 @@ def test_a_longified_roberta_computes_what_the_roberta_did(tmp_path):
     mask[1, 9:] = 0
     batch = dict(input_ids=ids, input_mask=mask, masked_positions=np.broadcast_to(np.arange(12, dtype=np.int32), (2, 12)))
     roberta = models.build(rc.model)
-    params = nn.meta.unbox(roberta.init(jax.random.key(0), batch)["params"])
+    params = jax.tree.map(np.asarray, nn.meta.unbox(jax.jit(roberta.init)(jax.random.key(0), batch)["params"]))
     write_run(tmp_path / "roberta", rc.model.to_dict(), params)
     longify.main(["--from", str(tmp_path / "roberta"), "--to", str(tmp_path / "long"), "--positions", "64",
                   "--window", "32"])
@@ -312,8 +313,8 @@ def test_tiny_learns(tmp_path):
     """30 steps of the tiny preset's MLM on the embedded corpus (a window narrower than the row): the loss falls."""
     from bertology.train.loop import train
 
-    c = helpers.short_run_config("longformer", "tiny", total_steps=30, log_every=1, **{
-        "data.max_seq_length": 64, "data.max_predictions_per_seq": 10, "optimizer.warmup_steps": 5})
+    c = helpers.short_run_config("longformer", "tiny", total_steps=30, log_every=1,
+                                 **{"model.attention_window": [8]})
     assert max(c.model.attention_window) < c.data.max_seq_length
     mlm = np.array([h["mlm_loss"] for h in train(c, tmp_path / "run")["history"]])
     print(f"\nlongformer tiny mlm loss: first 5 {mlm[:5].mean():.3f}, last 5 {mlm[-5:].mean():.3f}")
@@ -356,3 +357,17 @@ def test_released_presets_are_hf_shapes(preset, hf_overrides):
     assert record.model_type == "longformer"
     exported = hf_config.to_hf(record, block, "model", models.encoder_config(block), None)
     assert {k: exported[k] for k in hf_overrides} == hf_overrides
+
+
+def test_flops_per_token_counts_the_band_not_the_row():
+    """RoBERTa's count with the scores and context over the 3 · window // 2 keys the banded blocks
+    hold (capped at the row), not over the whole row."""
+    c = load_config("tiny")
+    c.model.vocab_size = v = 8000
+    n, h, s, p = 2, 128, 128, 20  # layers, width, row, predictions (the tiny recipe)
+    assert (c.model.num_layers, c.model.hidden_size, c.data.max_seq_length, c.data.max_predictions_per_seq) == (
+        n, h, s, p)
+    keys = 3 * 16  # window 32: 16 keys each side, blocks of 16
+    per_token = n * (2 * 2 * h * h + 2 * 2 * h * h + 2 * h * 4 * h * 2 + 2 * 2 * keys * h)
+    mlm = (2 * h * h + 2 * h * v) * p / s
+    assert models.flops_per_token(c) == pytest.approx(3 * (per_token + mlm), rel=1e-12)

@@ -177,7 +177,8 @@ def attend(q: Array, k: Array, v: Array, *, allowed: Array | None = None, is_cau
         return _cudnn(q, k, v, allowed, is_causal, bias, scale, fused)
     if chosen == "splash":
         return _splash(q, k, v, scale, fused)
-    if fused.window is not None and fused.query is not None and bias is None and q.shape[1] == k.shape[1]:
+    if (fused.window is not None and fused.query is not None and fused.key is not None and bias is None
+            and q.shape[1] == k.shape[1]):
         return banded(q, k, v, window=fused.window, query_segments=fused.query, key_segments=fused.key,
                       causal=fused.causal, scale=scale, dropout=dropout)
     if dropout is None:

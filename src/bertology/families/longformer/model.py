@@ -95,13 +95,12 @@ def config(model_config: ModelConfig) -> Config:
     for key, want in UNSUPPORTED.items():
         if getattr(cfg, key) != want:
             raise UserError(f"model.{key}={getattr(cfg, key)!r} is not read by Longformer's stack; leave it at {want!r}")
-    window = block.get("attention_window")
-    window = (512,) if window is None else (window,) if isinstance(window, int) else tuple(window)
-    extra = {"attention_window": tuple(int(w) for w in window)}
-    if block.get("max_global_tokens") is not None:
-        extra["max_global_tokens"] = int(block["max_global_tokens"])
+    given = block.get("attention_window")
+    windows = (512,) if given is None else (given,) if isinstance(given, int) else tuple(given)
+    slots = block.get("max_global_tokens")
     core = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TransformerConfig)}
-    return Config(**core, **extra)
+    return Config(**core, attention_window=tuple(int(w) for w in windows),
+                  max_global_tokens=Config.max_global_tokens if slots is None else int(slots))
 
 
 def global_slots(flags: Array, keys: Array, slots: int) -> tuple[Array, Array, Array]:
