@@ -177,7 +177,8 @@ def dense_reference(q, k, v, visible, extra=None):
     return np.einsum("bhqk,bkhd->bqhd", p, vals)
 
 
-@pytest.mark.parametrize("length, window, causal", [(37, 4, False), (13, 20, False), (29, 5, True)])
+# a causal window and padding alone: tests/test_attention_backends.py's conformance suite
+@pytest.mark.parametrize("length, window, causal", [(37, 4, False), (13, 20, False)])
 def test_banded_equals_the_masked_square(length, window, causal):
     """`banded` against the float64 reference and against the dense masked path
     (`jax.nn.dot_product_attention`), forward and gradient, with padding and packed documents, at
@@ -235,7 +236,7 @@ def test_banded_extra_keys_join_the_softmax():
 def test_a_token_reaches_its_window_and_globals_reach_everything():
     """Changing the token at 20 changes a one-layer stack's outputs exactly within 4 positions of
     it (window 8), plus at a global position (which attends to everything); a global token at 20
-    is seen by every position. No global flags at all: the window alone."""
+    is seen by every position."""
     c = load_config("tiny")
     c.model.update(vocab_size=50, num_layers=1, attention_window=[8], dropout_rate=0.0, attention_dropout_rate=0.0)
     enc = models.family("longformer").task_trunk(models.encoder_config(c.model), "encoder")
@@ -257,9 +258,6 @@ def test_a_token_reaches_its_window_and_globals_reach_everything():
         elif global_at is not None:
             expect[global_at] = True
         np.testing.assert_array_equal(changed, expect, err_msg=f"global at {global_at}")
-    no_flags = np.asarray(jax.jit(lambda ids: enc.apply(params, dict(input_ids=ids, input_mask=jnp.ones_like(ids)))
-                                  ["layers"][1])(ids))
-    np.testing.assert_allclose(no_flags, np.asarray(run(batch(ids, none))), atol=1e-6)
 
 
 def test_config_refuses_odd_windows_and_other_settings():

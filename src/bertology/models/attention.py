@@ -165,7 +165,8 @@ def attend(q: Array, k: Array, v: Array, *, allowed: Array | None = None, is_cau
     - `backend`: `model.attention_backend` (see the module docstring); `fused` the same mask in
       the fused kernels' vocabulary (`Mask.fused`), GENERAL where there is only `allowed`.
 
-    On xla, a query with no allowed key gets the mean of all values (a uniform softmax).
+    On xla, a query with no allowed key gets the mean of all values (a uniform softmax); under a
+    sliding window (run by `banded`), the mean of its block's values.
     """
     chosen, why = choose(backend, platform=jax.default_backend(), dtype=str(jnp.dtype(q.dtype)), head_dim=q.shape[-1],
                          mask=fused, bias=bias is not None, dropout=dropout is not None)
