@@ -57,7 +57,8 @@ Array = jax.Array
 EXTRA_KEYS = ("attention_window", "max_global_tokens")
 # Core settings this stack does not read: any other value would be silently ignored.
 UNSUPPORTED = dict(norm="post", positions="absolute", share_layers="none", scan_layers=False, embedding_size=None,
-                   local_attention=None, scale_attention=True, scale_embeddings=False, attention_backend="xla")
+                   local_attention=None, scale_attention=True, scale_embeddings=False, attention_backend="xla",
+                   remat="none")
 
 
 @dataclasses.dataclass(frozen=True)
