@@ -602,7 +602,8 @@ class Attention(nn.Module):
         if not (deterministic or cfg.attention_dropout_rate == 0.0):  # dropout needs the written-out softmax
             drop = Dropout(cfg.attention_dropout_rate)
             dropout = lambda probs: drop(probs.astype(q.dtype), deterministic=False)  # noqa: E731
-        fused = GENERAL if cfg.attention_backend == "xla" else mask.fused(q.shape[1], rows)
+        # a sliding window goes to the kernels' vocabulary on xla too: `attend` runs it banded, O(L · window)
+        fused = GENERAL if cfg.attention_backend == "xla" and mask.window is None else mask.fused(q.shape[1], rows)
         ctx = attend(q, k, v, allowed=allowed, is_causal=is_causal, bias=bias, scale=scale, dropout=dropout,
                      backend=cfg.attention_backend, fused=fused)
         ctx = nn.with_logical_constraint(ctx, ("batch", "length", "heads", "kv"))
