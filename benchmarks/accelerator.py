@@ -154,15 +154,19 @@ def chosen_backend(case: Case, config: Any) -> str:
         return f"refused: {e}"
 
 
-def ours_step(config: Any, batch: dict[str, np.ndarray]) -> tuple[Callable[[], None], float, float | None]:
+def ours_step(config: Any, batch: dict[str, np.ndarray],
+              max_bytes: float | None = None) -> tuple[Callable[[], None] | None, float, Any]:
     """(one step of ours, returning once done; setup seconds: build, init, trace, probes and
-    compile; XLA's planned bytes for the step)."""
+    compile; XLA's memory plan for the step, `CompiledMemoryStats` or None where the backend has none).
+    The step is None, and never run, where the plan (arguments + temporaries) exceeds `max_bytes`."""
     start = time.perf_counter()
     jitted, state = ours(config, batch)
     device_batch, key = jax.device_put(batch), jax.random.key(0)
     compiled = jitted.lower(state, device_batch, key).compile()
     memory = compiled.memory_analysis()
-    planned = None if memory is None else float(memory.argument_size_in_bytes + memory.temp_size_in_bytes)
+    if max_bytes is not None and memory is not None and \
+            memory.argument_size_in_bytes + memory.temp_size_in_bytes > max_bytes:
+        return None, time.perf_counter() - start, memory
     holder = [state]
 
     def step() -> None:
@@ -170,7 +174,7 @@ def ours_step(config: Any, batch: dict[str, np.ndarray]) -> tuple[Callable[[], N
         jax.block_until_ready((holder[0], metrics))
 
     step()
-    return step, time.perf_counter() - start, planned
+    return step, time.perf_counter() - start, memory
 
 
 def alternate(steps: list[Callable[[], None]], n: int, warmup: int = 2) -> list[float]:
@@ -238,7 +242,8 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
     row: dict[str, Any] = {"case": case.name, "shape": shape, "backend": case.backend, "ran": chosen_backend(case, config),
                            "dtype": dtype, "vocab_multiple": vocab_multiple,
                            "flops_per_token": models.flops_per_token(config)}
-    step, row["setup_s"], row["ours_bytes"] = ours_step(config, batch)
+    step, row["setup_s"], memory = ours_step(config, batch)
+    row["ours_bytes"] = None if memory is None else float(memory.argument_size_in_bytes + memory.temp_size_in_bytes)
     runs = [step]
     peak_theirs: Callable[[], float | None] = lambda: None  # noqa: E731
     if reference:
