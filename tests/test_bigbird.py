@@ -6,7 +6,7 @@ pattern); the block-sparse attention against a dense softmax over the same block
 and gradient; which key blocks each query block sees, against the paper's description; the
 tiny config learning; the presets' shapes against HF's released configs."""
 
-import dataclasses
+import functools
 import os
 
 import flax.linen as nn
@@ -18,9 +18,10 @@ import pytest
 from flax.traverse_util import flatten_dict
 
 from bertology import models, validation
+from bertology.errors import UserError
 from bertology.interop import export_hf, hf_config, import_hf, names, records
 from bertology.models import block_sparse
-from bertology.models.transformer import Encoder
+from bertology.models.transformer import Attention, Encoder, Mask, TransformerConfig
 from bertology.train.checkpoint import load_params
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -120,12 +121,9 @@ def test_import_matches_transformers_and_round_trips(tmp_path, monkeypatch):
     assert len(diffs) == SMALL["num_hidden_layers"] + 2
     assert max(diffs.values()) <= TOLERANCE, diffs
 
-    # The test tells the pattern apart: the same tensors under dense attention, or under block-sparse
-    # attention whose random slots are the paper's legal draws instead of HF's evaluation table, are off.
-    dense = max_diff(our_outputs(params, dataclasses.replace(cfg, sparse_block_size=None), batch), reference,
-                     batch["input_mask"])
-    print(f"the same tensors, dense attention: mlm {dense['mlm']:.2e}")
-    assert dense["mlm"] > 100 * TOLERANCE, dense
+    # The test tells the pattern apart: the same tensors under block-sparse attention whose random
+    # slots are the paper's legal draws instead of HF's evaluation table are off (and dense attention
+    # farther still: `test_block_sparse_is_the_dense_softmax_over_its_mask`).
     drawn = block_sparse.draw_random_blocks(jax.random.key(3), 4, 16, 2)
     with monkeypatch.context() as patch:
         patch.setattr(block_sparse, "eval_random_blocks", lambda heads, n, r: drawn)
@@ -180,7 +178,7 @@ def dense_reference(q, k, v, keys, counts, block):
     padded query's output 0. The same computation as `block_sparse.attend`, written densely."""
     length = q.shape[1]
     n = counts.shape[-1]
-    full = jnp.repeat(jnp.repeat(jnp.asarray(counts, jnp.float32), block, 1), block, 2)  # [heads, n·b, n·b]
+    full = jnp.repeat(jnp.repeat(counts.astype(jnp.float32), block, 1), block, 2)  # [heads, n·b, n·b]
     full = full[:, :length, :length]
     s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1])
     weight = full[None] * keys[:, None, None, :]
@@ -190,30 +188,38 @@ def dense_reference(q, k, v, keys, counts, block):
     return jnp.where(keys[:, :, None, None], out, 0.0)
 
 
-@pytest.mark.parametrize("table", ["drawn", "hf_eval"])
-def test_block_sparse_is_the_dense_softmax_over_its_mask(table):
+def test_block_sparse_is_the_dense_softmax_over_its_mask():
     """Forward and gradient equal the dense softmax over the same block mask, on a length the
-    block does not divide (30 tokens, blocks of 4: 8 blocks) with padded rows."""
+    block does not divide (30 tokens, blocks of 4: 8 blocks) with a padded row, for a drawn table
+    of random blocks and for HF's evaluation table (block 0 counted r + 1 times)."""
     b, length, heads, width, block, r = 2, 30, 2, 4, 4, 1
     n = -(-length // block)
     keys = jnp.asarray(np.arange(length)[None] < np.array([[30], [22]]))
     q, k, v = (jax.random.normal(jax.random.key(i), (b, length, heads, width)) for i in range(3))
-    random = (block_sparse.draw_random_blocks(jax.random.key(7), heads, n, r) if table == "drawn"
-              else block_sparse.eval_random_blocks(heads, n, r))
-    counts = block_sparse.pattern(random)
-    sparse = lambda q, k, v: block_sparse.attend(q, k, v, keys, block=block, random=random)  # noqa: E731
-    dense = lambda q, k, v: dense_reference(q, k, v, keys, counts, block)  # noqa: E731
     cot = jax.random.normal(jax.random.key(9), (b, length, heads, width))
-    # forward and gradient of <f(q, k, v), cot> in one jitted call each
-    both = lambda f: jax.jit(jax.value_and_grad(lambda *x: jnp.sum(f(*x) * cot), argnums=(0, 1, 2)))  # noqa: E731
-    (value, grads), (want_value, want_grads) = both(sparse)(q, k, v), both(dense)(q, k, v)
-    np.testing.assert_allclose(float(value), float(want_value), rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(jax.jit(sparse)(q, k, v)), np.asarray(jax.jit(dense)(q, k, v)), atol=1e-5)
-    for got, want in zip(grads, want_grads):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
-    # not a trivially equal pair: the dense softmax over every key differs
-    everything = jax.jit(lambda q, k, v: dense_reference(q, k, v, keys, np.ones_like(counts), block))(q, k, v)
-    assert float(jnp.abs(everything - jax.jit(sparse)(q, k, v)).max()) > 1e-2
+
+    def both(f):
+        """(output, gradient of <output, cot> in q, k, v), one compile for every table."""
+        grad = jax.grad(lambda q, k, v, table: jnp.sum(f(q, k, v, table) * cot), argnums=(0, 1, 2))
+        return jax.jit(lambda q, k, v, table: (f(q, k, v, table), grad(q, k, v, table)))
+
+    sparse = both(lambda q, k, v, random: block_sparse.attend(q, k, v, keys, block=block, random=random))
+    dense = both(lambda q, k, v, counts: dense_reference(q, k, v, keys, counts, block))
+    for random in (block_sparse.draw_random_blocks(jax.random.key(7), heads, n, r),
+                   block_sparse.eval_random_blocks(heads, n, r)):
+        counts = block_sparse.pattern(random)
+        (out, grads), (want, want_grads) = sparse(q, k, v, random), dense(q, k, v, jnp.asarray(counts))
+        np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=1e-5)
+        for got, expect in zip(grads, want_grads):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(expect), atol=1e-5)
+        # not a trivially equal pair: the dense softmax over every key differs
+        everything, _ = dense(q, k, v, jnp.ones_like(jnp.asarray(counts)))
+        assert float(jnp.abs(everything - out).max()) > 1e-2
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def _probe(q, k, v, random, block):
+    return block_sparse.attend(q, k, v, jnp.ones(q.shape[:2], bool), block=block, random=random)
 
 
 def seen_blocks(random, n, block):
@@ -225,8 +231,7 @@ def seen_blocks(random, n, block):
     q = jnp.zeros((1, length, heads, n))
     k = jax.random.normal(jax.random.key(0), (1, length, heads, n))
     v = jnp.broadcast_to(jax.nn.one_hot(jnp.arange(length) // block, n)[None, :, None, :], (1, length, heads, n))
-    out = jax.jit(lambda q, k, v: block_sparse.attend(q, k, v, jnp.ones((1, length), bool), block=block,
-                                                      random=random))(q, k, v)
+    out = _probe(q, k, v, random, block)
     share = np.asarray(out[0]).reshape(n, block, heads, n)[:, 0].transpose(1, 0, 2)  # [heads, query block, key block]
     return share
 
@@ -275,20 +280,61 @@ def test_memory_is_linear_in_length():
     assert biggest(4096) == 2 * (4096 // 16 - 2) * 16 * 7 * 16 < 4096 * 4096
 
 
+def test_block_sparse_is_off_by_default_and_refuses_what_it_cannot_mask():
+    assert (TransformerConfig().sparse_block_size, TransformerConfig().num_random_blocks) == (None, 0)
+    with pytest.raises(UserError, match="sparse_block_size"):
+        TransformerConfig(sparse_block_size=4, local_attention=8)
+    cfg = TransformerConfig(vocab_size=10, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16,
+                            sparse_block_size=2, num_random_blocks=1)
+    x = jnp.zeros((1, 16, 8))
+    packed = Mask(keys=jnp.ones((1, 16), bool), documents=jnp.ones((1, 16), jnp.int32))
+    with pytest.raises(UserError, match="block-sparse attention"):
+        Attention(cfg).init(jax.random.key(0), x, packed, None, True)
+
+
 # --- the tiny config learns -------------------------------------------------------------------------------------
 
-def test_tiny_learns(tmp_path):
-    """30 steps of the tiny preset's MLM at 96 tokens (12 blocks of 8: block-sparse): the loss falls."""
-    from bertology.train.loop import train
+def test_tiny_learns():
+    """The tiny preset's network, trained as pretraining does (dropout on, so each step draws its
+    random blocks), on a fixed batch of 96-token rows (12 blocks of 8: block-sparse): 25 Adam steps
+    of masked-LM loss at 15 masked positions a row cut the loss by far more than the noise. A
+    direct jitted loop: `train()`'s setup and compiles cost half a minute on a CPU that this
+    check does not need (the loop itself is every other family's)."""
+    import optax
 
-    c = helpers.short_run_config("bigbird", "tiny", total_steps=30, log_every=1, **{
-        "data.max_seq_length": 96, "data.max_predictions_per_seq": 15, "optimizer.warmup_steps": 5,
-        "optimizer.learning_rate": 1e-3})
-    assert not block_sparse.too_short(96, c.model.sparse_block_size, c.model.num_random_blocks)
-    mlm = np.array([h["mlm_loss"] for h in train(c, tmp_path / "run")["history"]])
+    c = helpers.config("bigbird", "tiny")
+    c.model.vocab_size = vocab = 64
+    length, rows, predictions = 96, 8, 15
+    assert not block_sparse.too_short(length, c.model.sparse_block_size, c.model.num_random_blocks)
+    model = models.build(c.model)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, vocab, (rows, length)).astype(np.int32)
+    at = np.sort(np.stack([rng.choice(length, predictions, replace=False) for _ in range(rows)]), axis=1)
+    masked = ids.copy()
+    np.put_along_axis(masked, at, 4, axis=1)  # a [MASK]-like id
+    batch = dict(input_ids=masked, input_mask=np.ones_like(ids), masked_positions=at.astype(np.int32))
+    targets = np.take_along_axis(ids, at, axis=1)
+    params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
+    opt = optax.adamw(3e-3)
+
+    def loss(params, key):
+        logits = model.apply({"params": params}, batch, deterministic=False, rngs={"dropout": key})["mlm_logits"]
+        return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+
+    @jax.jit
+    def step(params, state, key):
+        value, grads = jax.value_and_grad(loss)(params, key)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, value
+
+    state, losses = opt.init(params), []
+    for i in range(25):
+        params, state, value = step(params, state, jax.random.key(i + 1))
+        losses.append(float(value))
+    mlm = np.array(losses)
     print(f"\nbigbird tiny mlm loss: first 5 {mlm[:5].mean():.3f}, last 5 {mlm[-5:].mean():.3f}")
-    assert len(mlm) == 30
-    assert mlm[-5:].mean() < mlm[:5].mean() - 0.75, mlm
+    assert np.isfinite(mlm).all()
+    assert mlm[-5:].mean() < mlm[:5].mean() - 0.75, mlm  # nats: far beyond step-to-step noise
 
 
 # --- presets ------------------------------------------------------------------------------------------------

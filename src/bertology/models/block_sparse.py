@@ -140,7 +140,6 @@ def pattern(random: Array) -> np.ndarray:
     """[heads, n, n] int: how many times query block i counts key block j in its softmax (the
     global rows see each block once; a middle row its 5 + r slots, duplicates masked as in
     `attend`): the dense picture of the pattern, for tests and plots."""
-    random = np.asarray(random)
     heads, middle, r = random.shape
     n = middle + 2
     counts = np.zeros((heads, n, n), np.int64)

@@ -14,6 +14,8 @@ Families differ in a handful of settings, so this module exposes exactly those i
 - factorized embeddings (`embedding_size`, ALBERT/ELECTRA) and cross-layer sharing (`share_layers`);
 - alternating local and global attention (`local_attention`, `global_attn_every_n_layers`: a
   sliding window in all but every n-th layer, each with its own rotary base, as ModernBERT);
+- block-sparse self-attention (`sparse_block_size`, `num_random_blocks`: BigBird's global,
+  window and random blocks, `block_sparse.py`), its own gathered products instead of `attend`;
 - who may attend to whom, which is *data*: `Mask.from_batch` builds it from the batch
   (padding, packed documents, causal, a per-row prefix, or an explicit per-example matrix), so
   the same parameters serve BERT rows, GPT rows and UniLM's mixed rows.
@@ -564,7 +566,9 @@ class Attention(nn.Module):
     positions away (the mask's `window`) and rotates by `cfg.local_rope_theta`; `pre_norm=False`:
     pre-LN without the norm before the sublayer (ModernBERT's first layer). With
     `positions="rotary"` the self-attention's queries and keys are rotated by the mask's positions
-    (`rotary`) before the scores; cross-attention's are not.
+    (`rotary`) before the scores; cross-attention's are not. With `cfg.sparse_block_size` the
+    self-attention of a row long enough for the pattern is BigBird's block-sparse one
+    (`block_sparse`, `_block_sparse`), queries at every position and `rows` read off its output.
     """
 
     cfg: TransformerConfig
@@ -609,18 +613,18 @@ class Attention(nn.Module):
             if decode:  # the queries are the positions after the cached ones
                 k, v, mask, start = self._append_to_cache(k, v, mask)
                 rows = start + jnp.arange(q.shape[1])[None, :]
+        allowed, is_causal = mask.lower(rows)
         scale = None if cfg.scale_attention else 1.0
-        if sparse:
+        if self.is_mutable_collection("intermediates"):  # asked for (TinyBERT): never computed otherwise
+            self.sow("intermediates", "scores", scores(q, k, bias, scale))
+        dropout = None
+        if not (deterministic or cfg.attention_dropout_rate == 0.0):  # dropout needs the written-out softmax
+            drop = Dropout(cfg.attention_dropout_rate)
+            dropout = lambda probs: drop(probs.astype(q.dtype), deterministic=False)  # noqa: E731
+        fused = GENERAL if cfg.attention_backend == "xla" else mask.fused(q.shape[1], rows)
+        if sparse:  # BigBird's pattern: its own gathered products instead of `attend` (no probability dropout)
             ctx = self._block_sparse(q, k, v, mask, bias, scale, deterministic, sparse_rows)
         else:
-            allowed, is_causal = mask.lower(rows)
-            if self.is_mutable_collection("intermediates"):  # asked for (TinyBERT): never computed otherwise
-                self.sow("intermediates", "scores", scores(q, k, bias, scale))
-            dropout = None
-            if not (deterministic or cfg.attention_dropout_rate == 0.0):  # dropout needs the written-out softmax
-                drop = Dropout(cfg.attention_dropout_rate)
-                dropout = lambda probs: drop(probs.astype(q.dtype), deterministic=False)  # noqa: E731
-            fused = GENERAL if cfg.attention_backend == "xla" else mask.fused(q.shape[1], rows)
             ctx = attend(q, k, v, allowed=allowed, is_causal=is_causal, bias=bias, scale=scale, dropout=dropout,
                          backend=cfg.attention_backend, fused=fused)
         ctx = nn.with_logical_constraint(ctx, ("batch", "length", "heads", "kv"))
