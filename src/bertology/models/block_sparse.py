@@ -19,11 +19,14 @@ Random blocks, as HF computes them:
   middle query block points at key block 0. Block 0 is then counted r + 1 times in the softmax
   (its keys weigh (r + 1)·exp(score)). `eval_random_blocks` is that table, and evaluation uses it,
   so outputs match HF's evaluation mode;
-- in training HF reseeds numpy with the layer index on every call (`np.random.seed(self.seed)`)
-  and draws blocks outside the window and the global blocks. Here training draws them afresh
-  each step from the `dropout` rng (`draw_random_blocks`), by the same rules (a block outside
-  the window, not global; block 1 never takes n-2, nor n-2 block 1, as HF's
-  `_get_single_block_row_attention`), uniformly without replacement.
+- in training HF reseeds numpy with the layer index on every call (`np.random.seed(self.seed)`,
+  so a layer's pattern is fixed) and draws blocks outside the window and the global blocks,
+  following the reference code's plans (`_get_rand_attn_plan`; at 1024, 3072 and 4096 tokens the
+  paper's, which draw among the first 1024 tokens only). Here training draws them afresh each
+  step from the `dropout` rng (`draw_random_blocks`), uniformly without replacement over the
+  whole row's legal blocks: outside the window, not global, and (HF's
+  `_get_single_block_row_attention`) block 1 never taking n-2, nor n-2 block 1. So training
+  patterns are the paper's kind, not HF's exact draws; only evaluation is HF's to the number.
 
 HF also has no dropout on the block-sparse probabilities, zeroes the output at padded query
 positions (`context_layer * from_mask`), pads a row to a multiple of `block` with masked keys,
@@ -33,6 +36,8 @@ L <= (5 + 2r)·block, HF's `max_tokens_to_attend`). `attend` does the first thre
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -74,6 +79,7 @@ def eval_random_blocks(heads: int, n: int, num_random: int) -> Array:
     return jnp.zeros((heads, n - 2, num_random), jnp.int32)
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def draw_random_blocks(rng: Array, heads: int, n: int, num_random: int) -> Array:
     """[heads, n-2, r] random key blocks for middle query blocks 1..n-2, distinct within a row,
     none global (0, n-1) or in the row's window (i-1..i+1), and (HF's rule) block 1 never taking

@@ -12,6 +12,12 @@ None is HF's `attention_type="original_full"`. The released checkpoints (bigbird
 trained as RoBERTa is, MLM alone on full sentences, with the tanh GELU (`hidden_act="gelu_new"`)
 and unscaled token embeddings (`rescale_embeddings=False`: the core's `scale_embeddings`).
 
+Evaluation matches HF's evaluation mode to float32 rounding (random blocks included: see
+`block_sparse` for HF 4.57.6's evaluation table). Training differs from HF's in two places that
+do not change the parameters' meaning: the random blocks are drawn afresh each step rather than
+fixed per layer, and the embeddings' dropout comes after their LayerNorm (the core's order; HF's
+`BigBirdEmbeddings` drops before it).
+
 So the module is RoBERTa's (encoder, MLM head read at the masked positions) on a config that
 holds BERT's layout (`ARCHITECTURE`); a block setting any of it otherwise is refused. The FLOP
 count is RoBERTa's, attention over the whole row: an upper bound for block-sparse layers.
