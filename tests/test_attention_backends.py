@@ -1,6 +1,7 @@
 """The attention backends' conformance suite: every backend (`xla`, `splash` in Pallas interpret
 mode on CPU, `cudnn` where a GPU is) against a float64 numpy reference, forward and gradient, on
-every mask kind (padding, packed documents, causal, packed causal, sliding windows, prefix LM,
+every mask kind (padding, packed documents, causal, packed causal, sliding windows (banded on
+xla, O(length · window)), prefix LM,
 UniLM's per-row kinds, XLNet's explicit masks, the last layer's gathered rows) at odd lengths and
 head counts;
 the dispatch rule (`attention.choose`) per platform; and a packed row giving each document what
@@ -107,6 +108,18 @@ def test_segment_kinds_match_the_reference(backend, kind):
     if kind != "padding":
         plain = reference(q, k, v, visibility("padding", 77, [77, 57], None, None, None), weights)[0]
         assert np.abs(plain - want[0])[np.asarray(mask.keys)].max() > 1e-2
+
+
+@pytest.mark.parametrize("kind", ["sliding window", "causal sliding window"])
+def test_xla_runs_a_sliding_window_banded(kind):
+    """On xla a sliding window over segments costs O(length · window): no array of the traced
+    forward and backward pass has two axes as long as the row (the masked square would)."""
+    q, k, v, mask, _, weights = case(kind)
+    fused = mask.fused(q.shape[1])
+    loss = lambda q, k, v: jnp.sum(attend(q, k, v, backend="xla", fused=fused) * weights)  # noqa: E731
+    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v).jaxpr
+    shapes = [var.aval.shape for eqn in jaxpr.eqns for var in eqn.outvars]
+    assert not any(sum(n >= q.shape[1] for n in shape) >= 2 for shape in shapes), "a square was built"
 
 
 @pytest.mark.parametrize("kind", ["prefix", "per-row kinds"])

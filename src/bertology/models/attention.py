@@ -11,7 +11,8 @@ softmax runs over `scale · q·k + bias`. Keeping the extra terms out of q·k le
 still do the big product, and an additive bias is what those kernels accept.
 
 Backends (`model.attention_backend`; `choose` is the whole rule, a pure function):
-- `xla`: `jax.nn.dot_product_attention`'s XLA path over a boolean mask, every mask kind. With
+- `xla`: `jax.nn.dot_product_attention`'s XLA path over a boolean mask, every mask kind; a
+  sliding window over segment ids runs `banded` instead (O(length · window), not the square). With
   dropout on the probabilities the softmax is written out (no kernel drops them), a causal square
   in blocks of queries; the dropout is the caller's own callable, so each family keeps its random
   stream (the core's hashed `Dropout`, XL's and XLNet's flax `nn.Dropout`).
@@ -164,7 +165,8 @@ def attend(q: Array, k: Array, v: Array, *, allowed: Array | None = None, is_cau
     - `backend`: `model.attention_backend` (see the module docstring); `fused` the same mask in
       the fused kernels' vocabulary (`Mask.fused`), GENERAL where there is only `allowed`.
 
-    On xla, a query with no allowed key gets the mean of all values (a uniform softmax).
+    On xla, a query with no allowed key gets the mean of all values (a uniform softmax); under a
+    sliding window (run by `banded`), the mean of its block's values.
     """
     chosen, why = choose(backend, platform=jax.default_backend(), dtype=str(jnp.dtype(q.dtype)), head_dim=q.shape[-1],
                          mask=fused, bias=bias is not None, dropout=dropout is not None)
@@ -176,6 +178,10 @@ def attend(q: Array, k: Array, v: Array, *, allowed: Array | None = None, is_cau
         return _cudnn(q, k, v, allowed, is_causal, bias, scale, fused)
     if chosen == "splash":
         return _splash(q, k, v, scale, fused)
+    if (fused.window is not None and fused.query is not None and fused.key is not None and bias is None
+            and q.shape[1] == k.shape[1]):
+        return banded(q, k, v, window=fused.window, query_segments=fused.query, key_segments=fused.key,
+                      causal=fused.causal, scale=scale, dropout=dropout)
     if dropout is None:
         return jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype),
                                             mask=allowed, is_causal=is_causal, scale=scale)
@@ -304,3 +310,63 @@ def _explicit(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bo
         probs = dropout(jax.nn.softmax(jnp.where(visible, s, jnp.finfo(jnp.float32).min), axis=-1))
         ctx.append(jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v[:, :end]))
     return ctx[0] if blocks == 1 else jnp.concatenate(ctx, axis=1)
+
+
+def banded(q: Array, k: Array, v: Array, *, window: int, query_segments: Array, key_segments: Array,
+           causal: bool = False, scale: float | None = None, dropout: Callable[[Array], Array] | None = None,
+           extra: tuple[Array, Array, Array] | None = None) -> Array:
+    """Sliding-window attention in O(length · window), equal to the masked square.
+
+    Query i sees key j when |i - j| <= `window` (and j <= i when `causal`), their segments match
+    (`query_segments` [batch, L], `key_segments` [batch, L] with 0 for padding, `FusedMask`'s ids).
+    The queries are cut into blocks of c = window positions and block n attends to key blocks
+    n-1, n, n+1 only (3c keys, which hold its whole band), the blocked form of Longformer's
+    `sliding_chunks` (Beltagy et al. 2020, arXiv 2004.05150, §3; HF `LongformerSelfAttention.
+    _sliding_chunks_query_key_matmul`), so scores are [batch, heads, L/c, c, 3c], not [L, L].
+
+    `extra` = (keys [batch, G, heads, d], values, allowed [batch, L, G] bool): G more keys every
+    query may see besides its band, in the same softmax (Longformer's global tokens, attended by
+    every token); a key must not be in both (the caller leaves it out of the band's segments).
+    A query that sees no key gets the mean of its block's values (the square gives all values'):
+    only padded queries do, whose outputs no loss reads."""
+    batch, length, heads, width = q.shape
+    c = max(min(window, length), 1)
+    blocks = -(-length // c)
+    pad = blocks * c - length
+    # keys padded by one block in front and up to a whole number of blocks plus one behind
+    k_seg = jnp.pad(key_segments.astype(jnp.int32), ((0, 0), (c, pad + c)))
+    q_seg = jnp.pad(query_segments.astype(jnp.int32), ((0, 0), (0, pad)), constant_values=-1)
+
+    def neighbours(x: Array) -> Array:  # [batch, blocks + 2, c, ...] -> [batch, blocks, 3c, ...]
+        return jnp.concatenate([x[:, :-2], x[:, 1:-1], x[:, 2:]], axis=2)
+
+    def key_blocks(x: Array) -> Array:
+        x = jnp.pad(x, ((0, 0), (c, pad + c), (0, 0), (0, 0)))
+        return neighbours(x.reshape(batch, blocks + 2, c, heads, width))
+
+    kb, vb = key_blocks(k), key_blocks(v)
+    qb = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(batch, blocks, c, heads, width)
+    s = jnp.einsum("bnqhd,bnkhd->bhnqk", qb, kb)
+    s = s / jnp.sqrt(width).astype(q.dtype) if scale is None else s * jnp.asarray(scale, q.dtype)
+    q_pos = jnp.arange(blocks * c).reshape(blocks, c)
+    k_pos = neighbours(jnp.arange(-c, (blocks + 1) * c).reshape(1, blocks + 2, c))[0]  # [blocks, 3c]
+    offset = q_pos[:, :, None] - k_pos[:, None, :]
+    near = (jnp.abs(offset) <= window) & ((offset >= 0) if causal else True)
+    same = q_seg.reshape(batch, blocks, c)[..., None] == neighbours(k_seg.reshape(batch, blocks + 2, c))[:, :, None]
+    ok = near[None] & same & (neighbours(k_seg.reshape(batch, blocks + 2, c)) != 0)[:, :, None]  # [b, n, c, 3c]
+    lowest = jnp.finfo(jnp.float32).min
+    s = jnp.where(ok[:, None], s.astype(jnp.float32), lowest)
+    if extra is not None:
+        gk, gv, g_ok = extra
+        gs = jnp.einsum("bnqhd,bghd->bhnqg", qb, gk)
+        gs = gs / jnp.sqrt(width).astype(q.dtype) if scale is None else gs * jnp.asarray(scale, q.dtype)
+        g_ok = jnp.pad(g_ok, ((0, 0), (0, pad), (0, 0))).reshape(batch, blocks, c, -1)
+        s = jnp.concatenate([s, jnp.where(g_ok[:, None], gs.astype(jnp.float32), lowest)], axis=-1)
+    p = jax.nn.softmax(s, axis=-1)
+    if dropout is not None:
+        p = dropout(p)
+    p = p.astype(v.dtype)
+    out = jnp.einsum("bhnqk,bnkhd->bnqhd", p[..., :3 * c], vb)
+    if extra is not None:
+        out = out + jnp.einsum("bhnqg,bghd->bnqhd", p[..., 3 * c:], extra[1])
+    return out.reshape(batch, blocks * c, heads, width)[:, :length]

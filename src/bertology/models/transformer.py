@@ -621,7 +621,8 @@ class Attention(nn.Module):
         if not (deterministic or cfg.attention_dropout_rate == 0.0):  # dropout needs the written-out softmax
             drop = Dropout(cfg.attention_dropout_rate)
             dropout = lambda probs: drop(probs.astype(q.dtype), deterministic=False)  # noqa: E731
-        fused = GENERAL if cfg.attention_backend == "xla" else mask.fused(q.shape[1], rows)
+        # a sliding window goes to the kernels' vocabulary on xla too: `attend` runs it banded, O(L · window)
+        fused = GENERAL if cfg.attention_backend == "xla" and mask.window is None else mask.fused(q.shape[1], rows)
         if sparse:  # BigBird's pattern: its own gathered products instead of `attend` (no probability dropout)
             ctx = self._block_sparse(q, k, v, mask, bias, scale, deterministic, sparse_rows)
         else:
