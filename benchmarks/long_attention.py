@@ -10,7 +10,9 @@ a 2048-token table so the output layer does not hide the attention) under its fa
 objective, one row per step, 15% of its tokens predicted:
 - `full`: RoBERTa, every query against every key (the [L, L] square);
 - `longformer`: Longformer's sliding window (`--window` keys in all, half on each side; no
-  global tokens), banded in O(L · window) on xla.
+  global tokens), banded in O(L · window) on xla;
+- `bigbird`: BigBird's block-sparse attention (blocks of `--window` / 4 tokens: each query
+  block sees a 3-block window, 2 random blocks and the first and last blocks, 7 blocks in all).
 
 For each (scheme, length) it compiles the step, reads XLA's plan (`memory_analysis`: the
 temporaries, which hold the activations the backward pass keeps, per token), and, where the plan
@@ -62,6 +64,8 @@ class Scheme:
 SCHEMES = (
     Scheme("full", "roberta", lambda window: {}),
     Scheme("longformer", "longformer", lambda window: {"attention_window": [window], "max_global_tokens": 1}),
+    # blocks of window / 4: a query block sees its 3-block window, 2 random blocks and the 2 global ones
+    Scheme("bigbird", "bigbird", lambda window: {"sparse_block_size": window // 4, "num_random_blocks": 2}),
 )
 
 
