@@ -25,7 +25,7 @@ class Task:
     kind: str  # "seq2seq", or an entry of `kinds.KINDS`: picks the head, the loss and the input encoding
     labels: tuple[str, ...]  # class (or tag) names; () for regression and QA; choices: ("0".."3")
     primary: str  # the metric that summarises the task (sweeps and tables sort by it)
-    # (data_dir, cache_dir, log) -> builder.Splits: {split: examples}, and `.reads` {split: builder.Read}
+    # (data_dir, cache_dir, log, **options) -> builder.Splits: {split: examples}, and `.reads` {split: builder.Read}
     # saying how many rows of each file were kept, skipped and converted, and why; data_dir may be
     # None where none is needed
     load: Callable[..., dict[str, list[Example]]]
