@@ -14,6 +14,8 @@ Families differ in a handful of settings, so this module exposes exactly those i
 - factorized embeddings (`embedding_size`, ALBERT/ELECTRA) and cross-layer sharing (`share_layers`);
 - alternating local and global attention (`local_attention`, `global_attn_every_n_layers`: a
   sliding window in all but every n-th layer, each with its own rotary base, as ModernBERT);
+- block-sparse self-attention (`sparse_block_size`, `num_random_blocks`: BigBird's global,
+  window and random blocks, `block_sparse.py`), its own gathered products instead of `attend`;
 - who may attend to whom, which is *data*: `Mask.from_batch` builds it from the batch
   (padding, packed documents, causal, a per-row prefix, or an explicit per-example matrix), so
   the same parameters serve BERT rows, GPT rows and UniLM's mixed rows.
@@ -36,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from bertology.errors import UserError
+from bertology.models import block_sparse
 from bertology.models.attention import GENERAL, FusedMask, attend, choose, scores
 
 Array = jax.Array
@@ -95,6 +98,11 @@ class TransformerConfig:
     # seeing the keys at most local_attention // 2 positions away; None: every layer global.
     local_attention: int | None = None
     global_attn_every_n_layers: int = 1  # with local_attention: layer i is global when i % n == 0, local otherwise
+    # BigBird's block-sparse self-attention (`block_sparse`): blocks of this many tokens, each query
+    # block seeing the global first and last blocks, a 3-block window and `num_random_blocks` random
+    # blocks; rows too short for the pattern attend fully (as HF). None: dense attention.
+    sparse_block_size: int | None = None
+    num_random_blocks: int = 0
     relative_buckets: int = 32  # T5's relative attention buckets ...
     relative_max_distance: int = 128  # ... and the distance where the last bucket starts
     embedding_norm: bool = True  # LayerNorm on the summed embeddings (BERT); GPT has none
@@ -149,6 +157,11 @@ class TransformerConfig:
             if self.global_attn_every_n_layers < 1:
                 raise UserError(f"model.global_attn_every_n_layers={self.global_attn_every_n_layers}: must be >= 1 "
                                 "(layer i is global when i % n == 0)")
+        if self.sparse_block_size is not None and (self.sparse_block_size < 1 or self.num_random_blocks < 0
+                                                   or self.local_attention is not None):
+            raise UserError(f"model.sparse_block_size={self.sparse_block_size}, num_random_blocks="
+                            f"{self.num_random_blocks}: need a block of at least 1 token, r >= 0, and no "
+                            "model.local_attention (block-sparse attention has its own window)")
         if not self.first_attention_norm and self.norm != "pre":
             raise UserError("model.first_attention_norm=False leaves out a pre-LN norm; it needs model.norm='pre'")
         if self.scan_layers and (self.has_local_layers or not self.first_attention_norm):
@@ -553,7 +566,9 @@ class Attention(nn.Module):
     positions away (the mask's `window`) and rotates by `cfg.local_rope_theta`; `pre_norm=False`:
     pre-LN without the norm before the sublayer (ModernBERT's first layer). With
     `positions="rotary"` the self-attention's queries and keys are rotated by the mask's positions
-    (`rotary`) before the scores; cross-attention's are not.
+    (`rotary`) before the scores; cross-attention's are not. With `cfg.sparse_block_size` the
+    self-attention of a row long enough for the pattern is BigBird's block-sparse one
+    (`block_sparse`, `_block_sparse`), queries at every position and `rows` read off its output.
     """
 
     cfg: TransformerConfig
@@ -569,6 +584,10 @@ class Attention(nn.Module):
         h_all = norm(x_all) if cfg.norm == "pre" else x_all
         if rows is not None:
             x = gather_positions(x_all, rows)
+        sparse = (cfg.sparse_block_size is not None and context is None and not decode
+                  and not block_sparse.too_short(x_all.shape[1], cfg.sparse_block_size, cfg.num_random_blocks))
+        if sparse:  # block-sparse queries run everywhere; the chosen rows are read off its output
+            rows, sparse_rows = None, rows
         h = h_all if rows is None else gather_positions(h_all, rows)
         # T5's init folds the 1/sqrt(head width) it leaves out of the scores into the queries
         query_scale = cfg.head_dim ** -0.5 if cfg.init_scheme == "fan_in" and not cfg.scale_attention else 1.0
@@ -604,11 +623,31 @@ class Attention(nn.Module):
             dropout = lambda probs: drop(probs.astype(q.dtype), deterministic=False)  # noqa: E731
         # a sliding window goes to the kernels' vocabulary on xla too: `attend` runs it banded, O(L · window)
         fused = GENERAL if cfg.attention_backend == "xla" and mask.window is None else mask.fused(q.shape[1], rows)
-        ctx = attend(q, k, v, allowed=allowed, is_causal=is_causal, bias=bias, scale=scale, dropout=dropout,
-                     backend=cfg.attention_backend, fused=fused)
+        if sparse:  # BigBird's pattern: its own gathered products instead of `attend` (no probability dropout)
+            ctx = self._block_sparse(q, k, v, mask, bias, scale, deterministic, sparse_rows)
+        else:
+            ctx = attend(q, k, v, allowed=allowed, is_causal=is_causal, bias=bias, scale=scale, dropout=dropout,
+                         backend=cfg.attention_backend, fused=fused)
         ctx = nn.with_logical_constraint(ctx, ("batch", "length", "heads", "kv"))
         out = HeadsDense(cfg, to_heads=False, scale=residual_scale(cfg), name="output")(ctx)
         return sublayer_output(cfg, x, out, norm, deterministic)
+
+    def _block_sparse(self, q: Array, k: Array, v: Array, mask: Mask, bias: Array | None, scale: float | None,
+                      deterministic: bool, rows: Array | None) -> Array:
+        """BigBird's block-sparse attention (`block_sparse.attend`) over the whole row, read at
+        `rows` when given: HF's evaluation table of random blocks when `deterministic`, else a
+        fresh draw from the `dropout` rng. Padding is its only mask kind; no probability dropout
+        (HF's block-sparse attention has none)."""
+        cfg = self.cfg
+        if bias is not None or mask.causal or any(m is not None for m in (mask.documents, mask.explicit, mask.kinds)):
+            raise UserError("block-sparse attention (model.sparse_block_size) takes padding only: no score bias, "
+                            "causal, packed, per-row or explicit masks")
+        block, r, heads = cfg.sparse_block_size, cfg.num_random_blocks, q.shape[2]
+        n = -(-q.shape[1] // block)
+        random = (block_sparse.eval_random_blocks(heads, n, r) if deterministic
+                  else block_sparse.draw_random_blocks(self.make_rng("dropout"), heads, n, r))
+        ctx = block_sparse.attend(q, k, v, mask.keys, block=block, random=random, scale=scale)
+        return ctx if rows is None else jnp.take_along_axis(ctx, rows[:, :, None, None], axis=1)
 
     def _cross_keys(self, key: nn.Module, value: nn.Module, context: Array, mask: Mask,
                     decode: bool) -> tuple[Array, Array, Mask]:
