@@ -369,3 +369,85 @@ def test_flops_per_token_counts_the_band_not_the_row():
     per_token = n * (2 * 2 * h * h + 2 * 2 * h * h + 2 * h * 4 * h * 2 + 2 * 2 * keys * h)
     mlm = (2 * h * h + 2 * h * v) * p / s
     assert models.flops_per_token(c) == pytest.approx(3 * (per_token + mlm), rel=1e-12)
+
+
+# --- fine-tuning puts global attention where Hugging Face's task models do ------------------------------
+
+def _task_rows(kind):
+    """Rows in RoBERTa's layout, <s> 0 and </s> 2: QA rows as `<s> question </s></s> context </s>`
+    (HF's `_get_question_end_index` wants three separators), the question 5, 9 and 3 tokens long."""
+    batch = make_batch(False)
+    ids = batch["input_ids"].copy()
+    ids[:, 0] = 0
+    for row, (question, length) in enumerate(zip((5, 9, 3), LENGTHS)):
+        if kind == "qa":
+            ids[row, [question + 1, question + 2, length - 1]] = 2
+    return {"input_ids": ids, "input_mask": batch["input_mask"], "segment_ids": np.zeros_like(ids),
+            "masked_positions": batch["masked_positions"]}
+
+
+def test_fine_tuning_rows_get_hf_task_models_global_attention(tmp_path):
+    """With no `global_attention_mask`, `task_inputs` flags [CLS] for a sequence-level head and
+    [CLS] + the question for QA, and the trunk then computes what HF's
+    `LongformerForSequenceClassification` / `LongformerForQuestionAnswering` do with theirs left out
+    (their `global_attention_mask[:, 0] = 1`, `_compute_global_attention_mask`); tagging gets none."""
+    from types import SimpleNamespace
+
+    hf = build_hf()
+    hf.save_pretrained(tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "run")
+    params, run_config = load_params(tmp_path / "run")
+    block = run_config["model"]
+    cfg = models.encoder_config(block)
+    family = models.family("longformer")
+    tokenizer = SimpleNamespace(cls_id=0, sep_id=2)
+    heads = {"classification": transformers.LongformerForSequenceClassification,
+             "qa": transformers.LongformerForQuestionAnswering}
+    for kind, head in heads.items():
+        rows = _task_rows(kind)
+        batch = family.task_inputs(cfg, tokenizer, rows, kind)
+        expect = np.zeros_like(rows["input_ids"])
+        for row, question in enumerate((5, 9, 3)):
+            expect[row, :question + 1 if kind == "qa" else 1] = 1
+        np.testing.assert_array_equal(batch["global_attention_mask"], expect, err_msg=kind)
+        torch.manual_seed(0)
+        task_model = head._from_config(transformers.LongformerConfig(**SMALL)).eval()
+        task_model.longformer.load_state_dict(hf.longformer.state_dict(), strict=False)  # no pooler in the task models
+        with torch.no_grad():
+            o = task_model(input_ids=torch.tensor(rows["input_ids"], dtype=torch.long),
+                           attention_mask=torch.tensor(rows["input_mask"], dtype=torch.long), output_hidden_states=True)
+        reference = {f"hidden_{i}": h.numpy() for i, h in enumerate(o.hidden_states)}
+        ours = {k: v for k, v in our_outputs(params, block, batch).items() if k != "mlm"}
+        diffs = max_diff(ours, reference, rows["input_mask"])
+        assert max(diffs.values()) <= TOLERANCE, (kind, diffs)
+    assert "global_attention_mask" not in family.task_inputs(cfg, tokenizer, _task_rows("token"), "token")
+    given = {**_task_rows("qa"), "global_attention_mask": np.ones((B, L), np.int32)}
+    assert family.task_inputs(cfg, tokenizer, given, "qa")["global_attention_mask"] is given["global_attention_mask"]
+    with pytest.raises(UserError, match="max_global_tokens"):  # a question longer than the slots is refused, not cut
+        family.task_inputs(dataclasses.replace(cfg, max_global_tokens=4), tokenizer, _task_rows("qa"), "qa")
+
+
+def test_a_classification_fine_tune_reads_the_whole_row_through_cls(tmp_path):
+    """The fine-tuning job of a tiny Longformer on the long-range task: its rows flag [CLS] alone,
+    and its logits move when a token far beyond the layers' windows changes; the same network with
+    the window only (the mask zeroed) does not see that token."""
+    from bertology import sweep, tasks
+    from bertology.train import finetune
+
+    c = sweep.load_config(helpers.REPO / "configs" / "finetune" / "long_range.py", "longformer_4096")
+    c.data.update(long_range_tokens=128, long_range_prefix=32, long_range_train=4, long_range_eval=2,
+                  max_seq_length=128, cache_dir=str(tmp_path))
+    c.model.update(num_layers=1, attention_window=[8], max_position_embeddings=130)
+    job = finetune._encoder_job(c, tasks.get("long_range"))
+    example = {k: np.asarray(v) for k, v in job.example.items()}
+    flags = example["global_attention_mask"]
+    assert flags.shape == (1, 128) and flags[0, 0] == 1 and flags.sum() == 1
+    assert example["input_mask"][0, 100] == 1
+    far = example["input_ids"].copy()
+    far[0, 100] = (far[0, 100] + 7) % job.model.cfg.vocab_size  # one layer's window reaches 4 positions
+    params = jax.jit(job.model.init)(jax.random.key(0), example)
+    logits = jax.jit(lambda b: job.model.apply(params, b)["logits"])
+    window_only = np.zeros_like(flags)
+    assert not np.allclose(logits(example), logits({**example, "input_ids": far}))
+    np.testing.assert_array_equal(logits({**example, "global_attention_mask": window_only}),
+                                  logits({**example, "global_attention_mask": window_only, "input_ids": far}))

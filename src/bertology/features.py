@@ -58,8 +58,8 @@ def extract(
     tasks.check_length(cfg, max_seq_length, "max_seq_length")
     tokenizer = for_data(config["data"])
     arrays = stack([encode_pair(tokenizer, t, "", max_seq_length) for t in texts])
-    if family.task_inputs is not None:  # ELMo reads each word's characters
-        arrays = family.task_inputs(cfg, tokenizer, arrays)
+    if family.task_inputs is not None:  # ELMo reads each word's characters; no task kind here
+        arrays = family.task_inputs(cfg, tokenizer, arrays, None)
     trunk = tasks.trunk(cfg, config["model"]["family"])  # the network fine-tuning puts under its heads
     first = {k: v[:1] for k, v in arrays.items()}
     # what only fine-tuning trains (XLNet's summary) keeps an initialisation no layer reads

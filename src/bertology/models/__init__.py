@@ -49,7 +49,10 @@ class Family:
       `Encoder`; its `__call__(inputs, *, deterministic)` returns {"sequence": [B, L, D], "pooled":
       [B, D] (what sequence-level heads read), "layers": list of [B, L, D]}, and its parameters are
       `trunk(params)` plus whatever only fine-tuning trains;
-    - `task_inputs(cfg, tokenizer, arrays) -> arrays`: extra inputs its trunk needs (ELMo's characters);
+    - `task_inputs(cfg, tokenizer, arrays, kind) -> arrays`: the rows with the extra inputs its trunk
+      needs, given the task's head kind (`bertology.tasks.kinds`; None where no task reads the trunk,
+      `bertology.features`): ELMo's characters; Longformer's global-attention mask, put where the
+      kind wants it. Only the keys of `bertology.models.tasks.INPUTS` reach the trunk;
     - `init_from(params, fresh) -> params`: how a run starts from another family's checkpoint
       (`--config.init_checkpoint`; UniLM and bert2bert from BERT);
     - `from_teacher(teacher_params, fresh) -> params`: a distillation student's start from its

@@ -3,7 +3,7 @@
 A `Task` ties a parser of the official local files (through the TFDS builder in
 `tasks.builder`) to a head kind and to the metrics its leaderboard reports. Names are the
 config's `task` values: the GLUE tasks (cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli),
-squad_v1, squad_v2, conll2003, swag, and `embedded` (no download needed); the seq2seq tasks
+squad_v1, squad_v2, conll2003, swag, `embedded` and `long_range` (no download needed); the seq2seq tasks
 seq2seq_jsonl, cnndm, xsum and `seq2seq_embedded` (no download needed).
 """
 
@@ -25,7 +25,7 @@ class Task:
     kind: str  # "seq2seq", or an entry of `kinds.KINDS`: picks the head, the loss and the input encoding
     labels: tuple[str, ...]  # class (or tag) names; () for regression and QA; choices: ("0".."3")
     primary: str  # the metric that summarises the task (sweeps and tables sort by it)
-    # (data_dir, cache_dir, log) -> builder.Splits: {split: examples}, and `.reads` {split: builder.Read}
+    # (data_dir, cache_dir, log, **options) -> builder.Splits: {split: examples}, and `.reads` {split: builder.Read}
     # saying how many rows of each file were kept, skipped and converted, and why; data_dir may be
     # None where none is needed
     load: Callable[..., dict[str, list[Example]]]
@@ -35,6 +35,9 @@ class Task:
     # split -> submission file name, for the splits written in the leaderboard's format
     submissions: tuple[tuple[str, str], ...] = ()
     version: str = ""  # SQuAD: v1.1 or v2.0
+    # keys of the run's `data` block that `load` takes as keyword arguments, where set: the settings of a
+    # generated task (the long-range task's document length and class count)
+    options: tuple[str, ...] = ()
 
 
 # Task name -> the module of bertology.tasks that defines it (in its TASKS). Only that module is
@@ -42,6 +45,7 @@ class Task:
 MODULES = {
     **dict.fromkeys(("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"), "glue"),
     "squad_v1": "squad", "squad_v2": "squad", "conll2003": "conll", "swag": "swag", "embedded": "embedded",
+    "long_range": "long_range",
     **dict.fromkeys(("seq2seq_jsonl", "cnndm", "xsum", "seq2seq_embedded"), "seq2seq"),
 }
 

@@ -227,7 +227,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
 
 
 def _training_splits(config: ml_collections.ConfigDict, task: tasks.Task) -> dict[str, list[tasks.Example]]:
-    splits = task.load(config.data.dir, config.data.cache_dir, log=log)
+    options = {k: config.data[k] for k in task.options if config.data.get(k) is not None}
+    splits = task.load(config.data.dir, config.data.cache_dir, log=log, **options)
     if not splits.get("train"):
         raise UserError(f"task {task.name} has no training examples; check its files under data.dir")
     return splits
@@ -256,10 +257,10 @@ def _encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
 
     splits = _training_splits(config, task)
     feats = {s: featurize(task, splits[s], tokenizer, config.data) for s in splits}
-    if task_inputs is not None:  # ELMo: word rows read through their characters (`elmo.task_inputs`)
+    if task_inputs is not None:  # what the family's trunk reads beyond the ids (ELMo's characters, global positions)
         for f in feats.values():
-            f.arrays.update(task_inputs(cfg, tokenizer, f.arrays))
-    elif getattr(cfg, "type_vocab_size", None) == 1:  # RoBERTa has one segment embedding: pairs are told apart by [SEP] alone
+            f.arrays.update(task_inputs(cfg, tokenizer, f.arrays, task.kind))
+    if getattr(cfg, "type_vocab_size", None) == 1:  # RoBERTa has one segment embedding: pairs are told apart by [SEP] alone
         for f in feats.values():
             f.arrays["segment_ids"] = np.zeros_like(f.arrays["segment_ids"])
     train_arrays = feats["train"].arrays

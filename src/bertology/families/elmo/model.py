@@ -279,7 +279,8 @@ def task_trunk(cfg: ElmoConfig, name: str) -> nn.Module:
     return TaskTrunk(cfg, name=name)
 
 
-def task_inputs(cfg: ElmoConfig, tokenizer: Any, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def task_inputs(cfg: ElmoConfig, tokenizer: Any, arrays: dict[str, np.ndarray],
+                kind: str | None = None) -> dict[str, np.ndarray]:
     """Fine-tuning or feature rows with the `char_ids` the biLM reads (`bertology.finetune`,
     `bertology.features`).
 
@@ -291,6 +292,7 @@ def task_inputs(cfg: ElmoConfig, tokenizer: Any, arrays: dict[str, np.ndarray]) 
     are read as the sentence marks `<S>` and `</S>` the biLM was trained with; padding reads no
     characters.
     """
+    del kind  # every head reads the same characters
     marks = {"[CLS]": words.BOS, "[SEP]": words.EOS}
     tokens = [marks.get(t, t) for t in tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))]
     table = words.char_id_table(tokens, cfg.max_characters_per_token)

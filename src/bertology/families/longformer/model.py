@@ -7,7 +7,8 @@ type, the same MLM head) whose self-attention is local and global (§3.1):
 - every token attends to the keys at most `attention_window[i] // 2` positions away on each side
   (HF's `one_sided_attn_window_size`; dilation 1, as the released MLM checkpoints), computed
   banded (`attention.banded`) in O(length · window), not over the [L, L] square;
-- task-chosen global tokens (the batch's `global_attention_mask`, HF's name; none for MLM)
+- task-chosen global tokens (the batch's `global_attention_mask`, HF's name; none for MLM; fine-
+  tuning rows that bring none get their task kind's, `task_inputs`: [CLS], or [CLS] + the question)
   are attended by every token, with the ordinary key and value projections, in the same softmax
   as the window; and they attend to every token through their own projections
   (`query_global`, `key_global`, `value_global`), so global attention learns apart from the
@@ -28,11 +29,13 @@ of the row (padding keys never weigh), so outputs at real tokens are HF's.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 from bertology.errors import UserError
 from bertology.models import Family, ModelConfig, encoder_config, flops, transformer_config
@@ -225,6 +228,47 @@ def trunk(params: dict) -> dict:
     return params["encoder"]
 
 
+# Where fine-tuning puts global attention when the rows bring none, by the task's head kind (§6 of the
+# paper, and Hugging Face's task models): a sequence-level head reads the summary token, so it is global
+# (`LongformerForSequenceClassification` / `...ForMultipleChoice`: `global_attention_mask[:, 0] = 1`);
+# extractive QA makes the question global (`LongformerForQuestionAnswering`: every token before the
+# first separator, `_compute_global_attention_mask`); token tagging (`...ForTokenClassification`) has none.
+GLOBAL_BY_KIND = {"classification": "summary", "regression": "summary", "choice": "summary", "qa": "question"}
+
+
+def global_attention(kind: str | None, ids: np.ndarray, mask: np.ndarray, cls_id: int, sep_id: int) -> np.ndarray | None:
+    """[..., L] int32 flags of the global positions of rows `ids` for head kind `kind`, or None
+    where the kind has none (`GLOBAL_BY_KIND`)."""
+    rule = GLOBAL_BY_KIND.get(kind or "")
+    if rule is None:
+        return None
+    if rule == "summary":  # the row's first summary token (a tokenizer may reuse its id as the separator)
+        at = ids == cls_id
+        flags = at & (np.cumsum(at, axis=-1) == 1)
+    else:  # [CLS] and the question: everything before the first separator
+        flags = np.cumsum(ids == sep_id, axis=-1) == 0
+    return (flags & (mask > 0)).astype(np.int32)
+
+
+def task_inputs(cfg: Config, tokenizer: Any, arrays: dict[str, np.ndarray],
+                kind: str | None = None) -> dict[str, np.ndarray]:
+    """Fine-tuning rows with the `global_attention_mask` of their task kind (`GLOBAL_BY_KIND`) where
+    they bring none, so a classifier's [CLS] sees the whole document rather than its window.
+
+    A row flagging more than `model.max_global_tokens` (a long question) is refused rather than
+    silently cut to its first slots."""
+    if "global_attention_mask" in arrays:
+        return arrays
+    flags = global_attention(kind, arrays["input_ids"], arrays["input_mask"], tokenizer.cls_id, tokenizer.sep_id)
+    if flags is None:
+        return arrays
+    most = int(flags.sum(-1).max(initial=0))
+    if most > cfg.max_global_tokens:
+        raise UserError(f"{kind} rows make up to {most} tokens global but model.max_global_tokens="
+                        f"{cfg.max_global_tokens}; raise it (QA: at least data.max_query_length + 1)")
+    return {**arrays, "global_attention_mask": flags}
+
+
 def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
     """RoBERTa's count with the attention's scores and context over the keys a query computes:
     its banded blocks (3 · window // 2 keys, at most the row), not the whole row."""
@@ -238,6 +282,7 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     return full - flops.TRAIN * cfg.num_layers * 2 * 2 * (length - keys) * width
 
 
-# Its layers take the global-token mask, so the stack is its own (`task_trunk`).
+# Its layers take the global-token mask, so the stack is its own (`task_trunk`); fine-tuning rows get
+# the mask their task kind wants (`task_inputs`).
 FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, build=build,
-                task_trunk=task_trunk)
+                task_trunk=task_trunk, task_inputs=task_inputs)
