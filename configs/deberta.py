@@ -7,9 +7,16 @@ arXiv 2006.03654; github.com/microsoft/DeBERTa).
 The network (`bertology.families.deberta`, HF `deberta-v2`): a post-LN encoder without position
 or segment tables, positions entering through disentangled attention (content-to-position and
 position-to-content terms over log-bucketed relative positions, one shared LayerNorm'd relative
-table). The objective here is masked LM (the RoBERTa objective: full-sentence rows, dynamic 15%
-masking). DeBERTa-v3's own objective, ELECTRA-style replaced-token detection with gradient-
-disentangled embedding sharing, is not wired to this family yet.
+table).
+
+    python -m bertology.pretrain --config configs/deberta.py:tiny_rtd --workdir runs/deberta_tiny_rtd
+
+Objectives: `<size>` is masked LM (the RoBERTa objective: full-sentence rows, dynamic 15%
+masking), the network HF's `DebertaV2ForMaskedLM` holds. `<size>_rtd` is DeBERTa-v3's own:
+ELECTRA's replaced-token detection (the `electra` objective, discriminator weight 50, ELECTRA's
+85% [MASK] / 15% kept masking) with a generator as wide as the discriminator and half as deep, and
+gradient-disentangled embedding sharing (GDES: the discriminator's token table is
+stop_gradient(the generator's) + its own zero-initialised delta), `model.pretraining="rtd"`.
 
 Presets:
 - tiny: 2 layers, hidden 128, 2 heads, FFN 256, 32 relative buckets up to distance 128 on
@@ -35,7 +42,7 @@ SIZES = {
 }
 
 # The presets get_config takes; tests run each through validation.
-PRESETS = tuple(SIZES)
+PRESETS = (*SIZES, *(f"{size}_rtd" for size in SIZES))
 
 # The architecture every preset has (the family fills it in and refuses anything else; stated so
 # that a run's config.json reads as what it computes).
@@ -46,16 +53,24 @@ RELATIVE = dict(position_buckets=256, max_relative_positions=-1, max_position_em
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
-    if preset not in SIZES:
-        raise UserError(f"unknown preset {preset!r}; known presets: {', '.join(SIZES)}")
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
+    preset, _, rtd = preset.partition("_")
     paper = preset != "tiny"
     sizes = dict(SIZES[preset])
     vocab_size = sizes.pop("vocab_size", None)
-    c = recipes.pretraining(sizes, family="deberta", objective="roberta", paper=paper)
+    objective: str | ml_collections.ConfigDict = "roberta"
+    if rtd:
+        objective = ml_collections.ConfigDict(dict(name="electra", disc_weight=50.0, variant="electra"))
+    c = recipes.pretraining(sizes, family="deberta", objective=objective, paper=paper)
     c.model.update(ARCHITECTURE, **RELATIVE)
     if not paper:
         c.model.update(position_buckets=32, max_relative_positions=128)
     if vocab_size is not None:
         c.model.vocab_size = vocab_size
     c.data.update(instances="full_sentences", masking="dynamic")
+    if rtd:
+        c.model.update(pretraining="rtd", embedding_sharing="gdes", generator_fraction=1.0,
+                       generator_layers=max(c.model.num_layers // 2, 1), discriminator_head="rtd")
+        c.data.update(mask_prob=0.85, random_prob=0.0)
     return c

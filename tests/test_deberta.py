@@ -193,16 +193,20 @@ def test_rows_and_scan_compute_the_full_layer():
     terms follow the query's own position), and a scanned stack (`scan_layers`) computes what the
     unrolled one does with the same parameters."""
     cfg, enc = _tiny_model()
-    batch = make_batch()
-    params = nn.meta.unbox(enc.init(jax.random.key(0), batch))["params"]
-    full = enc.apply({"params": params}, batch)
-    rows = np.array([[3, 0, 17], [14, 2, 9], [5, 1, 0]], np.int32)
-    at = enc.apply({"params": params}, batch, outputs_at=rows)
-    np.testing.assert_allclose(np.asarray(at["sequence"]), np.take_along_axis(np.asarray(full["sequence"]),
-                                                                                rows[..., None], 1), atol=1e-5)
     _, scanned = _tiny_model(scan_layers=True)
-    out = scanned.apply({"params": stack_layers(params)}, batch)
-    np.testing.assert_allclose(np.asarray(out["sequence"]), np.asarray(full["sequence"]), atol=1e-5)
+    batch = make_batch()
+    params = nn.meta.unbox(jax.jit(enc.init)(jax.random.key(0), batch))["params"]
+    rows = np.array([[3, 0, 17], [14, 2, 9], [5, 1, 0]], np.int32)
+
+    @jax.jit  # one compilation for the three
+    def run(params):
+        return (enc.apply({"params": params}, batch)["sequence"],
+                enc.apply({"params": params}, batch, outputs_at=rows)["sequence"],
+                scanned.apply({"params": stack_layers(params)}, batch)["sequence"])
+
+    full, at, scan = (np.asarray(x) for x in run(params))
+    np.testing.assert_allclose(at, np.take_along_axis(full, rows[..., None], 1), atol=1e-5)
+    np.testing.assert_allclose(scan, full, atol=1e-5)
 
 
 def test_relative_terms_depend_on_distance_only():
@@ -235,7 +239,7 @@ def test_tiny_learns(tmp_path):
 
 # --- presets ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("preset", ["tiny", "base", "large"])
+@pytest.mark.parametrize("preset", ["tiny", "base", "large", "tiny_rtd", "large_rtd"])
 def test_presets_pass_validation(preset):
     c = helpers.config("deberta", preset)
     c.model.vocab_size = c.model.vocab_size or 8192
@@ -266,3 +270,43 @@ def test_released_presets_are_hf_shapes(preset, shape):
     assert record.model_type == "deberta-v2"
     exported = hf_config.to_hf(record, block, "model", models.encoder_config(block), None)
     assert {k: exported[k] for k in hf_shape} == hf_shape
+
+
+# --- DeBERTa-v3's RTD with gradient-disentangled embedding sharing ------------------------------------------
+
+def test_gdes_stops_the_discriminator_gradient_at_the_generator_table():
+    """Under GDES (He et al. 2023, section 3.2) the discriminator reads stop_gradient(E_G) + E_Δ:
+    its loss moves E_Δ but never the generator's table E_G, which the generator's MLM loss trains;
+    E_Δ starts at zero, and `trunk` is the discriminator with the summed table, equal to the
+    discriminator's own encoder."""
+    c = helpers.config("deberta", "tiny_rtd")
+    c.model.update(vocab_size=V, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, generator_layers=1)
+    model = models.build(c.model)
+    assert (model.embedding_sharing, model.generator_cfg.num_layers, model.generator_cfg.hidden_size) == (
+        "gdes", 1, c.model.hidden_size)
+    batch = dict(make_batch(), masked_positions=np.array([[1, 3], [2, 4], [0, 5]], np.int32))
+    params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch))["params"]
+    assert set(params) == {"discriminator", "generator", "token_delta"}
+    assert "token" not in params["discriminator"]["encoder"]["embeddings"]
+    assert not np.asarray(params["token_delta"]["delta"]).any()
+    record = models.family("deberta")
+    trunk = record.task_trunk(models.encoder_config(c.model), "encoder")
+
+    @jax.jit  # one compilation for the gradients and both encoders
+    def run(params, delta):
+        disc, gen = (jax.grad(lambda p, m=m: model.apply({"params": p}, batch, method=m).sum())(params)
+                     for m in ("discriminate", "generate"))
+        params = {**params, "token_delta": {"delta": delta}}
+        inside = model.apply({"params": params}, batch, method=lambda m, b: m.discriminator.encoder(b)["sequence"])
+        alone = trunk.apply({"params": record.trunk(params)}, batch)["sequence"]
+        return disc, gen, inside, alone
+
+    delta = jax.random.normal(jax.random.key(1), params["token_delta"]["delta"].shape) * 0.1
+    disc, gen, inside, alone = run(params, delta)
+
+    def table(g):
+        return np.abs(np.asarray(g["generator"]["encoder"]["embeddings"]["token"]["embedding"])).max()
+
+    assert table(disc) == 0.0 and np.abs(np.asarray(disc["token_delta"]["delta"])).max() > 0
+    assert table(gen) > 0 and not np.asarray(gen["token_delta"]["delta"]).any()
+    np.testing.assert_allclose(np.asarray(alone), np.asarray(inside), atol=1e-5)

@@ -20,6 +20,13 @@ family's `Encoder.score_terms`; the core's attention adds them without knowing t
 MLM head is HF's `DebertaV2LMPredictionHead` (dense, GELU, LayerNorm, the tied token table, a
 bias): the shared `MaskedLMHead`.
 
+Pretraining (`pretraining`): `mlm` is this encoder with the MLM head (HF `DebertaV2ForMaskedLM`);
+`rtd` is DeBERTa-v3's objective, ELECTRA's replaced-token detection (the `electra` objective) on
+ELECTRA's generator/discriminator pair built from this encoder (`families.electra.build`), the
+generator as wide as the discriminator and half as deep (`generator_layers`, the paper's setting),
+their token tables under gradient-disentangled embedding sharing (`embedding_sharing="gdes"`).
+Either way `trunk` is the encoder fine-tuning and export read (under RTD, the discriminator's).
+
 Relative positions are the row's own positions (`positions` when the data packs documents, else
 0, 1, ...), so packed documents each start at 0 as HF's unpacked rows do. HF applies the hidden
 dropout to the relative table in each layer; here it is drawn once per forward pass and shared by
@@ -38,6 +45,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from bertology.errors import UserError
+from bertology.families.electra import model as electra_model
 from bertology.models import Family, ModelConfig, encoder_config, fixed_architecture, flops
 from bertology.models.heads import MaskedLMHead
 from bertology.models.transformer import Dropout, ScoreTerms, TransformerConfig, embedding_init, layer_norm
@@ -85,7 +93,10 @@ class Config(TransformerConfig):
         return self.position_buckets if self.position_buckets > 0 else self.max_relative
 
 
-EXTRA_KEYS = ("position_buckets", "max_relative_positions")
+RELATIVE_KEYS = ("position_buckets", "max_relative_positions")
+PRETRAINING = ("mlm", "rtd")
+# the relative settings, the pretraining network, and (rtd) ELECTRA's generator keys
+EXTRA_KEYS = (*RELATIVE_KEYS, "pretraining", *electra_model.EXTRA_KEYS)
 
 
 def log_bucket(relative: Array, buckets: int, max_position: int) -> Array:
@@ -171,10 +182,34 @@ def config(model_config: ModelConfig) -> Config:
     leaves it out (a block that sets any of it otherwise is refused), plus the relative settings."""
     block = dict(model_config)
     extra = {k: block.pop(k) for k in EXTRA_KEYS if k in block}
-    extra = {k: v for k, v in extra.items() if v is not None}
+    extra = {k: v for k, v in extra.items() if v is not None and k in RELATIVE_KEYS}
     cfg = fixed_architecture(block, ARCHITECTURE, "DeBERTa-v3", "(post-LN, relative attention only: no position "
                              "table, segments or pooler)")
     return Config(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(TransformerConfig)}, **extra)
+
+
+def pretraining(model_config: ModelConfig) -> str:
+    """The block's pretraining network: `mlm` (default) or `rtd`."""
+    kind = dict(model_config).get("pretraining") or "mlm"
+    if kind not in PRETRAINING:
+        raise UserError(f"model.pretraining={kind!r} is unknown; use one of {PRETRAINING}")
+    return kind
+
+
+def rtd_block(model_config: ModelConfig) -> dict:
+    """The block ELECTRA's builder reads for DeBERTa-v3's RTD: its generator keys defaulted to the
+    paper's (as wide, half as deep, GDES, the RTD head) where the block leaves them out."""
+    block = dict(model_config)
+    defaults = dict(generator_fraction=1.0, generator_layers=max(config(block).num_layers // 2, 1),
+                    embedding_sharing="gdes", discriminator_head="rtd")
+    return {**block, **{k: v for k, v in defaults.items() if block.get(k) is None}}
+
+
+def build(model_config: ModelConfig) -> nn.Module:
+    """The MLM model, or (`pretraining="rtd"`) ELECTRA's pair on this family's encoder."""
+    if pretraining(model_config) == "rtd":
+        return electra_model.build(rtd_block(model_config), encoder=Encoder)
+    return Model(config(model_config))
 
 
 def task_trunk(cfg: Config, name: str) -> Encoder:
@@ -183,7 +218,8 @@ def task_trunk(cfg: Config, name: str) -> Encoder:
 
 
 def trunk(params: dict) -> dict:
-    return params["encoder"]
+    """The encoder: the MLM model's, or the RTD discriminator's (its GDES token table summed)."""
+    return electra_model.trunk(params) if "discriminator" in params else params["encoder"]
 
 
 def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
@@ -192,8 +228,16 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     cfg = encoder_config(config.model)
     length = config.data.max_seq_length
     h, rows = cfg.hidden_size, 2 * cfg.span
-    extra = cfg.num_layers * (2 * 2 * rows * h * h / length + 2 * 2 * rows * h)
-    return flops.masked_lm(cfg, length, config.data.max_predictions_per_seq, nominal) + flops.TRAIN * extra
+
+    def relative(layers: int) -> float:
+        return flops.TRAIN * layers * (2 * 2 * rows * h * h / length + 2 * 2 * rows * h)
+
+    if pretraining(config.model) == "rtd":  # ELECTRA's count of the pair, plus both stacks' relative terms
+        block = rtd_block(config.model)
+        rtd = electra_model.flops_per_token(ml_collections.ConfigDict({**config.to_dict(), "model": block}), nominal)
+        return rtd + relative(cfg.num_layers + block["generator_layers"])
+    return flops.masked_lm(cfg, length, config.data.max_predictions_per_seq, nominal) + relative(cfg.num_layers)
 
 
-FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, task_trunk=task_trunk)
+FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, build=build,
+                task_trunk=task_trunk)
