@@ -424,7 +424,8 @@ class ScoreTerms:
     applicable to any [..., hidden] input) and `rows`, and adds the result ([batch or 1, heads,
     queries, keys], already scaled) to the scores. `inputs`: the layer-shared arrays (a pytree).
     `scale`: the q·k scale when the terms change it (DeBERTa's 1/sqrt(3·head width)); None keeps
-    the config's. Nothing here knows which family supplies it (`Stack.score_terms`)."""
+    the config's. Self-attention without a KV cache only (an encoder's). Nothing here knows which
+    family supplies it (`Stack.score_terms`)."""
 
     inputs: Any
     fn: Any = flax.struct.field(pytree_node=False)
@@ -597,6 +598,8 @@ class Attention(nn.Module):
         key, value = HeadsDense(cfg, to_heads=True, name="key"), HeadsDense(cfg, to_heads=True, name="value")
         terms = bias if isinstance(bias, ScoreTerms) else None
         bias = None if terms is not None else bias
+        if terms is not None and (decode or context is not None):
+            raise ValueError("ScoreTerms apply to self-attention without a KV cache (an encoder's)")
         if bias is not None and rows is not None:  # the chosen queries' rows of the bias
             bias = jnp.take_along_axis(jnp.broadcast_to(bias, (q.shape[0], *bias.shape[1:])),
                                        rows[:, None, :, None], axis=2)
