@@ -425,6 +425,26 @@ def rotary(x: Array, positions: Array, theta: float) -> Array:
     return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
+@flax.struct.dataclass
+class ScoreTerms:
+    """Additive attention-score terms that need each layer's own queries, keys and projections,
+    which a fixed `bias` array cannot hold (DeBERTa's content-to-position and position-to-content
+    terms project one shared relative-position table through every layer's query and key weights).
+
+    A stack passes it as the layers' `bias`; each self-attention layer then calls
+    `fn(inputs, q, k, projections, rows)` with its queries and keys ([batch, length, heads,
+    head_dim], q only at `rows` when given), its projection modules (`{"query": ..., "key": ...}`,
+    applicable to any [..., hidden] input) and `rows`, and adds the result ([batch or 1, heads,
+    queries, keys], already scaled) to the scores. `inputs`: the layer-shared arrays (a pytree).
+    `scale`: the q·k scale when the terms change it (DeBERTa's 1/sqrt(3·head width)); None keeps
+    the config's. Self-attention without a KV cache only (an encoder's). Nothing here knows which
+    family supplies it (`Stack.score_terms`)."""
+
+    inputs: Any
+    fn: Any = flax.struct.field(pytree_node=False)
+    scale: float | None = flax.struct.field(pytree_node=False, default=None)
+
+
 class Adapter(nn.Module):
     """Houlsby et al. 2019: a residual bottleneck (down, GELU, up) inserted after a sublayer.
 
@@ -551,7 +571,8 @@ class Attention(nn.Module):
     `rows` ([batch, n] positions), when given, computes queries and outputs at those positions
     only; keys and values still cover the whole sequence, so each output row is exactly the one
     the full layer would give there. `bias` ([1 or batch, heads, queries, keys]) is added to the
-    scores (T5's relative positions).
+    scores (T5's relative positions); a `ScoreTerms` instead computes that addition from this
+    layer's queries, keys and projections (DeBERTa's disentangled attention).
 
     `decode=True` keeps keys and values in the `cache` collection, so incremental decoding feeds
     one new token per call: self-attention appends the new keys at the cache index; cross-attention
@@ -576,7 +597,7 @@ class Attention(nn.Module):
     pre_norm: bool = True
 
     @nn.compact
-    def __call__(self, x: Array, mask: Mask, bias: Array | None, deterministic: bool, rows: Array | None = None,
+    def __call__(self, x: Array, mask: Mask, bias: Array | ScoreTerms | None, deterministic: bool, rows: Array | None = None,
                  context: Array | None = None, decode: bool = False) -> Array:
         cfg = self.cfg
         norm = layer_norm(cfg, "norm") if cfg.norm == "post" or self.pre_norm else (lambda y: y)
@@ -591,8 +612,13 @@ class Attention(nn.Module):
         h = h_all if rows is None else gather_positions(h_all, rows)
         # T5's init folds the 1/sqrt(head width) it leaves out of the scores into the queries
         query_scale = cfg.head_dim ** -0.5 if cfg.init_scheme == "fan_in" and not cfg.scale_attention else 1.0
-        q = HeadsDense(cfg, to_heads=True, scale=query_scale, name="query")(h)
+        query = HeadsDense(cfg, to_heads=True, scale=query_scale, name="query")
+        q = query(h)
         key, value = HeadsDense(cfg, to_heads=True, name="key"), HeadsDense(cfg, to_heads=True, name="value")
+        terms = bias if isinstance(bias, ScoreTerms) else None
+        bias = None if terms is not None else bias
+        if terms is not None and (decode or context is not None):
+            raise ValueError("ScoreTerms apply to self-attention without a KV cache (an encoder's)")
         if bias is not None and rows is not None:  # the chosen queries' rows of the bias
             bias = jnp.take_along_axis(jnp.broadcast_to(bias, (q.shape[0], *bias.shape[1:])),
                                        rows[:, None, :, None], axis=2)
@@ -615,6 +641,9 @@ class Attention(nn.Module):
                 rows = start + jnp.arange(q.shape[1])[None, :]
         allowed, is_causal = mask.lower(rows)
         scale = None if cfg.scale_attention else 1.0
+        if terms is not None:  # a family's score terms from this layer's queries, keys and projections
+            bias = terms.fn(terms.inputs, q, k, {"query": query, "key": key}, rows)
+            scale = terms.scale if terms.scale is not None else scale
         if self.is_mutable_collection("intermediates"):  # asked for (TinyBERT): never computed otherwise
             self.sow("intermediates", "scores", scores(q, k, bias, scale))
         dropout = None
@@ -731,7 +760,7 @@ class Layer(nn.Module):
     cross: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, mask: Mask, bias: Array | None, deterministic: bool,
+    def __call__(self, x: Array, mask: Mask, bias: Array | ScoreTerms | None, deterministic: bool,
                  context: Array | None, context_mask: Mask | None, decode: bool) -> tuple[Array, Array]:
         cfg = self.cfg
         x = Attention(cfg, name="attention")(x, mask, bias, deterministic, None, None, decode)
@@ -936,7 +965,8 @@ class Stack(nn.Module):
         mask = Mask.from_batch(batch, causal=self.causal)
         if cfg.positions == "rotary":
             mask = mask.replace(positions=positions)
-        bias = self.relative_bias(ids.shape[1], decode) if cfg.positions == "relative_bias" else None
+        bias: Any = (self.relative_bias(ids.shape[1], decode) if cfg.positions == "relative_bias"
+                     else self.score_terms(positions, deterministic))
         if cfg.scan_layers:
             last, states = self.layers(x, mask, bias, deterministic, context, context_mask, decode)
             layers = [x, *(states[i] for i in range(cfg.num_layers - 1)), last]
@@ -956,6 +986,12 @@ class Stack(nn.Module):
         if cfg.norm == "pre":
             layers[-1] = self.final_norm(layers[-1])
         return layers
+
+    def score_terms(self, positions: Array, deterministic: bool) -> ScoreTerms | None:
+        """The self-attention layers' extra score terms (`ScoreTerms`) for tokens at `positions`
+        ([batch, length]); None here. A subclass that owns layer-shared position parameters
+        returns them (DeBERTa's disentangled attention)."""
+        return None
 
     def attend(self, x: Array) -> Array:
         """Logits against the token table: the output layer tied to the input embeddings."""

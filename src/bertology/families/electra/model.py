@@ -7,11 +7,20 @@ a pure function and no gradient can flow through the sampled tokens.
 
 Parameters: `discriminator/encoder` is a complete encoder (embeddings included), so fine-tuning
 and export take the discriminator alone; `generator/encoder` has no embedding tables.
+
+`embedding_sharing="gdes"` is DeBERTa-v3's gradient-disentangled embedding sharing (He et al.
+2023, arXiv 2111.09543, section 3.2): the generator owns its embeddings (a complete encoder), and
+the discriminator's token table is stop_gradient(the generator's) + its own `token_delta`
+(initialised at zero), so the discriminator's loss never pulls the generator's table while the
+generator's MLM loss still trains it; every other embedding tensor is the discriminator's own.
+`trunk` then hands fine-tuning the discriminator with the summed table. `encoder` is the stack
+class both networks use (the core `Encoder`, or a family's subclass such as DeBERTa's).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -21,14 +30,16 @@ import ml_collections
 from bertology.errors import UserError
 from bertology.models import Family, encoder_config, flops
 from bertology.models.heads import MaskedLMHead
-from bertology.models.transformer import Embeddings, Encoder, TransformerConfig, dense
+from bertology.models.transformer import Embeddings, Encoder, TransformerConfig, dense, zeros
 
 Array = jax.Array
-EXTRA_KEYS = ("generator_fraction", "discriminator_head")
+EXTRA_KEYS = ("generator_fraction", "discriminator_head", "generator_layers", "embedding_sharing")
+SHARING = ("all", "gdes")  # the generator reads the discriminator's tables | gradient-disentangled (DeBERTa-v3)
 
 
-def generator_config(cfg: TransformerConfig, fraction: float) -> TransformerConfig:
-    """The generator's shape: hidden = fraction·H, heads = hidden/64 (at least 1), FF = 4·hidden.
+def generator_config(cfg: TransformerConfig, fraction: float, layers: int | None = None) -> TransformerConfig:
+    """The generator's shape: hidden = fraction·H, heads = hidden/64 (at least 1), FF = 4·hidden,
+    `layers` deep (None: as deep as the discriminator; DeBERTa-v3's is half as deep, as wide).
 
     The embedding width stays the discriminator's (E, or H when unfactorized) so the tables are shared.
     """
@@ -39,19 +50,27 @@ def generator_config(cfg: TransformerConfig, fraction: float) -> TransformerConf
         hidden_size=hidden,
         num_heads=heads,
         intermediate_size=4 * hidden,
+        num_layers=cfg.num_layers if layers is None else layers,
         embedding_size=cfg.embed_dim if cfg.embed_dim != hidden else None,
     )
 
 
-def build(model_config: ml_collections.ConfigDict | dict) -> "Model":
+def build(model_config: ml_collections.ConfigDict | dict, encoder: Any = Encoder) -> "Model":
+    """The model of a `model` block; `encoder`: the stack class (a family's `Encoder` subclass)."""
     cfg, model_config = encoder_config(model_config), dict(model_config)
-    return Model(cfg, generator_config(cfg, model_config.get("generator_fraction", 0.25)),
-                 model_config.get("discriminator_head", "rtd"))
+    gen = generator_config(cfg, model_config.get("generator_fraction") or 0.25, model_config.get("generator_layers"))
+    return Model(cfg, gen, model_config.get("discriminator_head") or "rtd",
+                 model_config.get("embedding_sharing") or "all", encoder)
 
 
 def trunk(params: dict) -> dict:
-    """The discriminator's encoder: what fine-tuning and export take."""
-    return params["discriminator"]["encoder"]
+    """The discriminator's encoder: what fine-tuning and export take. Under GDES its token table is
+    the sum the discriminator computes with: the generator's table + `token_delta`."""
+    disc = params["discriminator"]["encoder"]
+    if "token_delta" not in params:
+        return disc
+    table = params["generator"]["encoder"]["embeddings"]["token"]["embedding"] + params["token_delta"]["delta"]
+    return {**disc, "embeddings": {**disc["embeddings"], "token": {"embedding": table}}}
 
 
 def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
@@ -66,6 +85,26 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     return generator + flops.TRAIN * (flops.stack(model.cfg, length, nominal=nominal) + 2 * h * h + 2 * h)
 
 
+class DisentangledTokens(nn.Module):
+    """GDES's discriminator token table, used like an `nn.Embed`: stop_gradient(`source`'s table,
+    the generator's) + `delta` (zero at initialisation, so both networks start from one table)."""
+
+    cfg: TransformerConfig
+    source: nn.Embed
+
+    def setup(self):
+        self.delta = self.param("delta", zeros(("vocab", "embed")), (self.cfg.padded_vocab_size, self.cfg.embed_dim))
+
+    def table(self) -> Array:
+        return (jax.lax.stop_gradient(self.source.embedding) + self.delta).astype(self.cfg.compute_dtype)
+
+    def __call__(self, ids: Array) -> Array:
+        return jnp.take(self.table(), ids, axis=0)
+
+    def attend(self, x: Array) -> Array:
+        return jnp.dot(x, self.table().T)
+
+
 class Discriminator(nn.Module):
     """Encoder plus its head. `rtd` (ELECTRA): per token, dense + GELU + dense to one logit, 'was
     this token replaced?'. `mlm` (the paper's Replace-MLM and All-tokens-MLM ablations): an MLM
@@ -73,9 +112,11 @@ class Discriminator(nn.Module):
 
     cfg: TransformerConfig
     head: str = "rtd"
+    encoder_cls: Any = Encoder
+    shared_tokens: Any = None  # GDES: the discriminator's token table (`DisentangledTokens`)
 
     def setup(self):
-        self.encoder = Encoder(self.cfg, name="encoder")
+        self.encoder = self.encoder_cls(self.cfg, shared_tokens=self.shared_tokens, name="encoder")
         if self.head == "rtd":
             self.dense = dense(self.cfg, self.cfg.hidden_size, ("embed", "hidden"), "dense")
             self.prediction = dense(self.cfg, 1, ("hidden", None), "prediction")
@@ -95,10 +136,11 @@ class Generator(nn.Module):
     """A narrow encoder on the discriminator's embeddings, with an MLM head at the masked positions."""
 
     cfg: TransformerConfig
-    embeddings: Embeddings
+    embeddings: Embeddings | None  # None (GDES): its own
+    encoder_cls: Any = Encoder
 
     def setup(self):
-        self.encoder = Encoder(self.cfg, shared_embeddings=self.embeddings, name="encoder")
+        self.encoder = self.encoder_cls(self.cfg, shared_embeddings=self.embeddings, name="encoder")
         self.mlm = MaskedLMHead(self.cfg, name="mlm")
 
     def __call__(self, batch: dict[str, Array], deterministic: bool) -> Array:
@@ -112,12 +154,26 @@ class Model(nn.Module):
     cfg: TransformerConfig
     generator_cfg: TransformerConfig
     discriminator_head: str = "rtd"  # rtd | mlm
+    embedding_sharing: str = "all"  # all (ELECTRA) | gdes (DeBERTa-v3)
+    encoder: Any = Encoder  # the stack class of both networks
 
     def setup(self):
         if self.discriminator_head not in ("rtd", "mlm"):
             raise UserError(f"model.discriminator_head={self.discriminator_head!r} is unknown; use 'rtd' or 'mlm'")
-        self.discriminator = Discriminator(self.cfg, self.discriminator_head, name="discriminator")
-        self.generator = Generator(self.generator_cfg, self.discriminator.encoder.embeddings, name="generator")
+        if self.embedding_sharing not in SHARING:
+            raise UserError(f"model.embedding_sharing={self.embedding_sharing!r} is unknown; use one of {SHARING}")
+        if self.embedding_sharing == "gdes":
+            if self.cfg.embed_dim != self.generator_cfg.embed_dim:
+                raise UserError("model.embedding_sharing='gdes' sums the generator's token table into the "
+                                "discriminator's: both need the same embedding width")
+            self.generator = Generator(self.generator_cfg, None, self.encoder, name="generator")
+            self.token_delta = DisentangledTokens(self.cfg, self.generator.encoder.embeddings.token)
+            self.discriminator = Discriminator(self.cfg, self.discriminator_head, self.encoder, self.token_delta,
+                                               name="discriminator")
+            return
+        self.discriminator = Discriminator(self.cfg, self.discriminator_head, self.encoder, name="discriminator")
+        self.generator = Generator(self.generator_cfg, self.discriminator.encoder.embeddings, self.encoder,
+                                   name="generator")
 
     def generate(self, batch: dict[str, Array], *, deterministic: bool = True) -> Array:
         return self.generator(batch, deterministic)
