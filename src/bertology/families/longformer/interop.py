@@ -43,7 +43,9 @@ LONGFORMER = HFModel(
             names.Part("model", "", "", (ROBERTA_HEADS,), trunk=False)),
     prefix="longformer", keys=ENCODER_KEYS, activation=("hidden_act", GELUS),
     fixed={k: v for k, v in ENCODER.items() if k != "position_offset"},  # PaddingOffset sets it
-    defaults={**BERT_DEFAULTS, "pad_token_id": 1, "attention_window": 512}, tokenizer="RobertaTokenizer",
+    # LongformerConfig has no position_embedding_type (its positions are always absolute)
+    defaults={**{k: v for k, v in BERT_DEFAULTS.items() if k != "position_embedding_type"}, "pad_token_id": 1,
+              "attention_window": 512}, tokenizer="RobertaTokenizer",
     translations=(PaddingOffset(), AttentionWindow()),
     tied={"lm_head.decoder.weight": "longformer.embeddings.word_embeddings.weight",
           "lm_head.decoder.bias": "lm_head.bias"},
