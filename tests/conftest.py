@@ -23,14 +23,7 @@ import shutil
 import sys
 import tempfile
 
-# The suite's programs are tiny, so compiling them costs more than running them: LLVM's backend at
-# -O0 without its expensive passes cut the CPU time of test_transformer + test_interop +
-# test_objectives from 160 s to 112 s on the 2-core CI machine, and costs ~10% on the few tests that
-# run hundreds of steps (test_minilm_distil). The flags change code generation, not the HLO, and
-# every comparison in the suite runs both of its sides under them.
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", ""), FAST_COMPILE, "--xla_force_host_platform_device_count=8"]).strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if str(pathlib.Path(__file__).parent) not in sys.path:  # `import helpers` under any import mode
     sys.path.insert(0, str(pathlib.Path(__file__).parent))

@@ -32,8 +32,8 @@ def free_port() -> int:
 
 
 def two_processes(workdir: pathlib.Path) -> None:
-    flags = os.environ["XLA_FLAGS"].replace("device_count=8", "device_count=4")  # conftest's, 4 devices a process
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags, "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
     port = free_port()
     args = [sys.executable, "-m", "bertology.pretrain", f"--config={REPO}/configs/bert.py:tiny",
             f"--workdir={workdir}", f"--coordinator=localhost:{port}", "--num_processes=2"]
