@@ -36,6 +36,7 @@ the layers (no difference at evaluation or with dropout off).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -46,8 +47,8 @@ import ml_collections
 
 from bertology.errors import UserError
 from bertology.families.electra import model as electra_model
+from bertology.families.roberta import model as roberta
 from bertology.models import Family, ModelConfig, encoder_config, fixed_architecture, flops
-from bertology.models.heads import MaskedLMHead
 from bertology.models.transformer import Dropout, ScoreTerms, TransformerConfig, embedding_init, layer_norm
 from bertology.models.transformer import Encoder as CoreEncoder
 
@@ -163,18 +164,8 @@ class Encoder(CoreEncoder):
                           scale=1.0 / math.sqrt(cfg.head_dim * 3))
 
 
-class Model(nn.Module):
-    """Outputs `mlm_logits` [batch, max_predictions, vocab] (RoBERTa's MLM model on this encoder)."""
-
-    cfg: Config
-
-    def setup(self):
-        self.encoder = Encoder(self.cfg, name="encoder")
-        self.mlm = MaskedLMHead(self.cfg, name="mlm")
-
-    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
-        out = self.encoder(batch, deterministic=deterministic, outputs_at=batch["masked_positions"])
-        return {"mlm_logits": self.mlm(out["sequence"], self.encoder.attend)}
+# RoBERTa's MLM model (the MLM head read at the masked positions) on this family's encoder
+Model = functools.partial(roberta.Model, stack=Encoder)
 
 
 def config(model_config: ModelConfig) -> Config:

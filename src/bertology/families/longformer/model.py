@@ -29,6 +29,7 @@ of the row (padding keys never weigh), so outputs at real tokens are HF's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -38,9 +39,9 @@ import ml_collections
 import numpy as np
 
 from bertology.errors import UserError
+from bertology.families.roberta import model as roberta
 from bertology.models import Family, ModelConfig, encoder_config, flops, transformer_config
 from bertology.models.attention import attend, banded
-from bertology.models.heads import MaskedLMHead
 from bertology.models.transformer import (
     Dropout,
     Embeddings,
@@ -201,21 +202,11 @@ class Encoder(nn.Module):
         return self.embeddings.attend(x)
 
 
-class Model(nn.Module):
-    """Outputs `mlm_logits` [batch, max_predictions, vocab] (RoBERTa's head)."""
-
-    cfg: Config
-
-    def setup(self):
-        self.encoder = Encoder(self.cfg, name="encoder")
-        self.mlm = MaskedLMHead(self.cfg, name="mlm")
-
-    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
-        out = self.encoder(batch, deterministic=deterministic, outputs_at=batch["masked_positions"])
-        return {"mlm_logits": self.mlm(out["sequence"], self.encoder.attend)}
+# RoBERTa's MLM model (the MLM head read at the masked positions) on this family's encoder
+Model = functools.partial(roberta.Model, stack=Encoder)
 
 
-def build(model_config: ModelConfig) -> Model:
+def build(model_config: ModelConfig) -> nn.Module:
     return Model(config(model_config))
 
 

@@ -7,6 +7,8 @@ position ids that start at 2 because the reference tables reserve slots for the 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import flax.linen as nn
 import jax
 import ml_collections
@@ -17,12 +19,14 @@ from bertology.models.transformer import Encoder, TransformerConfig
 
 
 class Model(nn.Module):
-    """Outputs `mlm_logits` [batch, max_predictions, vocab]."""
+    """Outputs `mlm_logits` [batch, max_predictions, vocab]. `stack`: the encoder class, the core's
+    or a family's own stack under RoBERTa's MLM model (Longformer's, DeBERTa's)."""
 
     cfg: TransformerConfig
+    stack: Callable[..., nn.Module] = Encoder
 
     def setup(self):
-        self.encoder = Encoder(self.cfg, name="encoder")
+        self.encoder = self.stack(self.cfg, name="encoder")
         self.mlm = MaskedLMHead(self.cfg, name="mlm")
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, jax.Array]:
