@@ -1,7 +1,8 @@
 """Train-step speed on the accelerator at hand: ours against Hugging Face PyTorch, taking turns.
 
     python -m benchmarks.accelerator [--cases bert128,bert512,bert512_xla,gpt2,t5] [--steps 10]
-                                     [--vocab_multiple 128] [--profile] [--out runs/benchmarks]
+                                     [--vocab_multiple 128] [--profile] [--hlo DIR]
+                                     [--out runs/benchmarks]
     python -m benchmarks.accelerator --smoke      # tiny shapes, float32, CPU: seconds (CI runs it)
 
 The cases are BERT-base (MLM + NSP) at 32×128 and 32×512, GPT-2 124M at 16×1024 and T5-base at
@@ -12,7 +13,9 @@ the BERT and GPT cases run their recipe with attention dropout 0 (MosaicBERT's; 
 stays 0.1); T5, whose bucket bias keeps it on xla, keeps its own. The reference runs the same
 config. Each case's step and the reference's
 (`benchmarks.reference_torch`: transformers with SDPA attention, bf16 autocast, the same AdamW
-step and clipping) alternate step by step, so a clock or load change hits both alike.
+step and clipping) take turns of `--chunk` steps, so a clock or load change hits both alike;
+within a turn the host queues each step while the device runs the last, as in training (the
+`step_ms_waiting` column waits for every step: what that queueing hides).
 
 Printed and written (`--out/accelerator.md`, one JSON line per case in `accelerator.jsonl`):
 tokens/s (T5: source tokens), MFU = tokens/s × our counted training FLOPs per token (the README's
@@ -154,42 +157,52 @@ def chosen_backend(case: Case, config: Any) -> str:
         return f"refused: {e}"
 
 
-def ours_step(config: Any, batch: dict[str, np.ndarray],
-              max_bytes: float | None = None) -> tuple[Callable[[], None] | None, float, Any]:
-    """(one step of ours, returning once done; setup seconds: build, init, trace, probes and
-    compile; XLA's memory plan for the step, `CompiledMemoryStats` or None where the backend has none).
-    The step is None, and never run, where the plan (arguments + temporaries) exceeds `max_bytes`."""
+def ours_step(config: Any, batch: dict[str, np.ndarray], max_bytes: float | None = None,
+              hlo: pathlib.Path | None = None) -> tuple[Callable[..., None] | None, float, Any]:
+    """(one step of ours, returning once done unless called with wait=False; setup seconds: build,
+    init, trace, probes and compile; XLA's memory plan for the step, `CompiledMemoryStats` or None
+    where the backend has none). The step is None, and never run, where the plan (arguments +
+    temporaries) exceeds `max_bytes`. `hlo`: write the compiled program's text there (the fusion
+    names the profile's kernels carry)."""
     start = time.perf_counter()
     jitted, state = ours(config, batch)
     device_batch, key = jax.device_put(batch), jax.random.key(0)
     compiled = jitted.lower(state, device_batch, key).compile()
+    if hlo is not None:
+        hlo.parent.mkdir(parents=True, exist_ok=True)
+        hlo.write_text(compiled.as_text())
     memory = compiled.memory_analysis()
     if max_bytes is not None and memory is not None and \
             memory.argument_size_in_bytes + memory.temp_size_in_bytes > max_bytes:
         return None, time.perf_counter() - start, memory
-    holder = [state]
+    holder: list[Any] = [state, None]
 
-    def step() -> None:
-        holder[0], metrics = compiled(holder[0], device_batch, key)
-        jax.block_until_ready((holder[0], metrics))
+    def step(wait: bool = True) -> None:
+        holder[0], holder[1] = compiled(holder[0], device_batch, key)
+        if wait:
+            jax.block_until_ready(holder)
 
     step()
     return step, time.perf_counter() - start, memory
 
 
-def alternate(steps: list[Callable[[], None]], n: int, warmup: int = 2) -> list[float]:
-    """Median seconds per step of each, taking turns step by step after `warmup` steps each."""
+def alternate(steps: list[Callable[..., None]], n: int, warmup: int = 2, chunk: int = 1) -> list[float]:
+    """Median seconds per step of each, taking turns after `warmup` steps each: `n` turns of
+    `chunk` steps, waiting for the device only at a turn's end. A training run waits only when
+    it logs, so with chunk > 1 the host queues the next step while the device runs this one, as
+    it does in training; chunk=1 adds the launch latency of every step's first kernels."""
     times: list[list[float]] = [[] for _ in steps]
     for i in range(warmup + n):
         for j, step in enumerate(steps):
             t = time.perf_counter()
-            step()
+            for s in range(chunk if i >= warmup else 1):
+                step(wait=s == chunk - 1 or i < warmup)
             if i >= warmup:
-                times[j].append(time.perf_counter() - t)
+                times[j].append((time.perf_counter() - t) / chunk)
     return [float(np.median(t)) for t in times]
 
 
-def kernel_profile(step: Callable[[], None], steps: int = 3, top: int = 8) -> dict[str, Any]:
+def kernel_profile(step: Callable[..., None], steps: int = 3, top: int = 20) -> dict[str, Any]:
     """Where the device time of `steps` steps goes: shares by kernel class and the top kernels,
     from jax.profiler's Perfetto trace (device events only; empty on CPU)."""
     with tempfile.TemporaryDirectory() as d:
@@ -234,7 +247,7 @@ def kernel_class(name: str) -> str:
 
 
 def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: bool, reference: bool,
-            vocab_multiple: int = 1) -> dict[str, Any]:
+            vocab_multiple: int = 1, chunk: int = 5, hlo_dir: pathlib.Path | None = None) -> dict[str, Any]:
     config = config_of(case, dtype, vocab_multiple)
     batch = batch_of(case, config)
     tokens = batch["input_ids"].size
@@ -242,7 +255,7 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
     row: dict[str, Any] = {"case": case.name, "shape": shape, "backend": case.backend, "ran": chosen_backend(case, config),
                            "dtype": dtype, "vocab_multiple": vocab_multiple,
                            "flops_per_token": models.flops_per_token(config)}
-    step, row["setup_s"], memory = ours_step(config, batch)
+    step, row["setup_s"], memory = ours_step(config, batch, hlo=hlo_dir and hlo_dir / f"{case.name}.hlo.txt")
     row["ours_bytes"] = None if memory is None else float(memory.argument_size_in_bytes + memory.temp_size_in_bytes)
     runs = [step]
     peak_theirs: Callable[[], float | None] = lambda: None  # noqa: E731
@@ -255,8 +268,9 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
         theirs()
         row["hf_setup_s"] = time.perf_counter() - start
         runs.append(theirs)
-    seconds = alternate(runs, steps)
+    seconds = alternate(runs, steps, chunk=chunk)
     row["step_ms"] = seconds[0] * 1e3
+    row["step_ms_waiting"] = alternate(runs[:1], 3)[0] * 1e3  # waiting for every step: the launch latency
     row["tokens_per_s"] = tokens / seconds[0]
     row["mfu"] = row["tokens_per_s"] * row["flops_per_token"] / peak if peak else None
     if reference:
@@ -273,9 +287,10 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
 
 
 COLUMNS = ["case", "shape", "backend", "ran", "tokens_per_s", "mfu", "hf_tokens_per_s", "hf_mfu", "ratio", "step_ms",
-           "setup_s", "ours_bytes", "hf_bytes", "hf_attention"]
+           "step_ms_waiting", "setup_s", "ours_bytes", "hf_bytes", "hf_attention"]
 FORMATS = {"tokens_per_s": "{:,.0f}", "hf_tokens_per_s": "{:,.0f}", "mfu": "{:.1%}", "hf_mfu": "{:.1%}",
-           "ratio": "{:.2f}x", "step_ms": "{:.1f}", "setup_s": "{:.0f}", "ours_bytes": "{:.3g}", "hf_bytes": "{:.3g}"}
+           "ratio": "{:.2f}x", "step_ms": "{:.1f}", "step_ms_waiting": "{:.1f}", "setup_s": "{:.0f}",
+           "ours_bytes": "{:.3g}", "hf_bytes": "{:.3g}"}
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -289,6 +304,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--profile", action="store_true", help="trace 3 steps of ours per case; print the kernel split")
     p.add_argument("--cache_dir", default=None, help="JAX's persistent compilation cache (default: the one "
                    "JAX_COMPILATION_CACHE_DIR names, else ~/.cache/bertology/jax_compile)")
+    p.add_argument("--chunk", type=int, default=5, help="steps per turn, waiting for the device at a turn's end only")
+    p.add_argument("--hlo", default=None, help="write each case's compiled program text to this directory")
     p.add_argument("--out", default="runs/benchmarks")
     args = p.parse_args(argv)
 
@@ -296,10 +313,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         jax.config.update("jax_compilation_cache_dir", args.cache_dir or os.path.expanduser("~/.cache/bertology/jax_compile"))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     cases = SMOKE if args.smoke else CASES
-    if args.cases:
-        wanted = args.cases.split(",")
-        cases = tuple(c for c in cases if c.name in wanted)
+    if args.cases:  # in the order given: the first ones are measured even if the run is cut short
+        known = {c.name: c for c in cases}
+        unknown = [w for w in args.cases.split(",") if w not in known]
+        if unknown:
+            p.error(f"unknown cases {unknown}; pick from {list(known)}")
+        cases = tuple(known[w] for w in args.cases.split(","))
     dtype = "float32" if args.smoke else "bfloat16"
+    out = pathlib.Path(args.out)
     info = versions()
     peak = args.peak_flops or peak_flops(info["device"])
     print(json.dumps(info), flush=True)
@@ -307,15 +328,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for case in cases:
         try:
             row = measure(case, dtype, 2 if args.smoke else args.steps, peak, args.profile, not args.no_reference,
-                          args.vocab_multiple)
+                          args.vocab_multiple, args.chunk, args.hlo and pathlib.Path(args.hlo))
         except Exception as e:  # noqa: BLE001 - one failing case must not lose the others' numbers
             traceback.print_exc()
             row = {"case": case.name, "backend": case.backend, "ran": f"failed: {type(e).__name__}: {str(e)[:200]}"}
         row.update(device=info["device"], jax=info["jax"])
         rows.append(row)
-        print(json.dumps(row), flush=True)
-    out = pathlib.Path(args.out)
-    report.append(rows, out, "accelerator", COLUMNS, FORMATS)
+        report.append([row], out, "accelerator", COLUMNS, FORMATS)  # row by row: a cut-short run keeps its rows
     with open(out / "accelerator.md", "a") as f:
         f.write(f"\n{json.dumps(info)}; peak {peak or 'unknown'} FLOP/s\n\n")
     return rows

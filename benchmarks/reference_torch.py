@@ -77,8 +77,9 @@ def _loss(kind: str, model: Any, batch: dict[str, Any]) -> Any:
 
 def train_step(kind: str, block: dict[str, Any], optimizer: Any, batch: dict[str, np.ndarray],
                bf16: bool) -> tuple[Callable[[], None], str, Callable[[], float | None]]:
-    """(one AdamW step of the reference on `batch`, returning once it is done; the attention
-    implementation it runs; its peak device memory in bytes so far, None on CPU)."""
+    """(one AdamW step of the reference on `batch`, returning once it is done unless called with
+    wait=False; the attention implementation it runs; its peak device memory in bytes so far,
+    None on CPU)."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -94,7 +95,7 @@ def train_step(kind: str, block: dict[str, Any], optimizer: Any, batch: dict[str
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
 
-    def step() -> None:
+    def step(wait: bool = True) -> None:
         opt.zero_grad(set_to_none=True)
         with autocast:
             loss = _loss(kind, model, tensors)
@@ -102,7 +103,7 @@ def train_step(kind: str, block: dict[str, Any], optimizer: Any, batch: dict[str
         if optimizer.clip_norm:
             torch.nn.utils.clip_grad_norm_(model.parameters(), optimizer.clip_norm)
         opt.step()
-        if device == "cuda":
+        if wait and device == "cuda":
             torch.cuda.synchronize()
 
     def peak() -> float | None:

@@ -165,14 +165,16 @@ def test_accelerator_smoke_measures_ours_against_pytorch(tmp_path):
     PyTorch reference, and the row's MFU arithmetic is what it says."""
     from benchmarks import accelerator
 
-    rows = accelerator.main(["--smoke", "--out", str(tmp_path), "--peak_flops", "1e12"])
-    assert [r["case"] for r in rows] == ["bert128", "gpt2", "t5"]
+    rows = accelerator.main(["--smoke", "--out", str(tmp_path), "--peak_flops", "1e12", "--cases", "gpt2,bert128,t5",
+                             "--hlo", str(tmp_path / "hlo")])
+    assert [r["case"] for r in rows] == ["gpt2", "bert128", "t5"]  # in the order asked for
     for row in rows:
         assert row["ran"] == "xla", row  # auto on a CPU
         assert row["tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
         assert row["mfu"] == pytest.approx(row["tokens_per_s"] * row["flops_per_token"] / 1e12)
         assert row["ratio"] == pytest.approx(row["tokens_per_s"] / row["hf_tokens_per_s"])
         assert row["ours_bytes"] > 0
+        assert "fusion" in (tmp_path / "hlo" / f"{row['case']}.hlo.txt").read_text()  # the compiled program
     table = (tmp_path / "accelerator.md").read_text()
     assert table.count("| bert128 |") == 1 and '"backend": "cpu"' in table
     assert accelerator.peak_flops("NVIDIA H100 80GB HBM3") == 989e12

@@ -140,19 +140,15 @@ def chunked_token_nll(states: Array, table: Array, labels: Array, cfg: Transform
     `chunk_tokens // batch` positions of each, so a batch-sharded input stays sharded per chunk).
 
     `states` [batch, length, H] and `labels` [batch, length]; `table` [padded vocab, H]. Each
-    chunk's logits are a product in the compute dtype with a float32 result, and its log-sum-exp
-    is float32. Under `jax.checkpoint` the backward pass recomputes each chunk's logits from its
-    states instead of keeping them, which is what bounds the memory (Rabe & Staats 2021's
-    chunk-and-recompute argument, applied to the vocabulary; Liger-Kernel's fused linear
-    cross-entropy does the same). A batch within one chunk is computed in one piece, so the
-    numbers are those of the unchunked logits.
+    chunk is `tied_logits_nll`: a product in the compute dtype with a float32 result and a
+    float32 log-sum-exp, whose backward pass recomputes the chunk's logits instead of keeping
+    them, which is what bounds the memory (Rabe & Staats 2021's chunk-and-recompute argument,
+    applied to the vocabulary; Liger-Kernel's fused linear cross-entropy does the same). A batch
+    within one chunk is computed in one piece, so the numbers are those of the unchunked logits.
     """
-    table = table.astype(cfg.compute_dtype)
-
     def chunk(pieces: tuple[Array, Array]) -> tuple[Array, Array]:
         h, y = pieces
-        logits = jnp.matmul(h.astype(cfg.compute_dtype), table.T, preferred_element_type=jnp.float32)
-        return token_nll(cfg.real_logits(logits), y)
+        return tied_logits_nll(h.astype(cfg.compute_dtype), table, y, cfg.vocab_size)
 
     rows, length = labels.shape
     step = max(1, chunk_tokens // rows)
@@ -163,8 +159,52 @@ def chunked_token_nll(states: Array, table: Array, labels: Array, cfg: Transform
     labels = jnp.pad(labels, ((0, 0), (0, pad)))
     n = (length + pad) // step
     pieces = (states.reshape(rows, n, step, -1).swapaxes(0, 1), labels.reshape(rows, n, step).swapaxes(0, 1))
-    nll, correct = jax.lax.map(jax.checkpoint(chunk), pieces)
+    nll, correct = jax.lax.map(chunk, pieces)
     return tuple(x.swapaxes(0, 1).reshape(rows, -1)[:, :length] for x in (nll, correct))
+
+
+def _tied_logits(h: Array, table: Array, vocab: int) -> Array:
+    """h @ table.T in h's dtype with a float32 result; the padded ids' columns -inf."""
+    logits = jnp.matmul(h, table.astype(h.dtype).T, preferred_element_type=jnp.float32)
+    if table.shape[0] == vocab:
+        return logits
+    return jnp.where(jnp.arange(table.shape[0]) < vocab, logits, -jnp.inf)
+
+
+def _tied_nll(h: Array, table: Array, labels: Array, vocab: int) -> tuple[tuple[Array, Array], Array]:
+    logits = _tied_logits(h, table, vocab)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    label_logit = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    return (lse - label_logit, label_logit >= jnp.max(logits, axis=-1)), lse
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def tied_logits_nll(h: Array, table: Array, labels: Array, vocab: int) -> tuple[Array, Array]:
+    """`token_nll` of `h @ table.T` over the first `vocab` ids of the (padded) `table`, with a
+    written-out backward pass: the logits' gradient, softmax minus one-hot, is one elementwise
+    pass cast to `h`'s dtype, and both products of the backward pass run in that dtype with
+    float32 accumulation. Left to autodiff, the float32 logits' gradient made both products
+    float32 (TF32 on an H100: 16% of GPT-2's step) and took four passes over [tokens, vocab]
+    floats (slice, pad, scatter, multiply). Only h, table, labels and the log-sum-exp are kept."""
+    return _tied_nll(h, table, labels, vocab)[0]
+
+
+def _tied_nll_fwd(h: Array, table: Array, labels: Array, vocab: int) -> tuple[tuple[Array, Array], tuple]:
+    out, lse = _tied_nll(h, table, labels, vocab)
+    return out, (h, table, labels, lse)
+
+
+def _tied_nll_bwd(vocab: int, residuals: tuple, g: tuple[Array, Array]) -> tuple[Array, Array, None]:
+    h, table, labels, lse = residuals
+    logits = _tied_logits(h, table, vocab)
+    one_hot = jnp.arange(table.shape[0]) == labels[..., None]
+    d = ((jnp.exp(logits - lse[..., None]) - one_hot) * g[0][..., None]).astype(h.dtype)
+    dh = jnp.matmul(d, table.astype(h.dtype), preferred_element_type=jnp.float32).astype(h.dtype)
+    dtable = jnp.einsum("...v,...h->vh", d, h, preferred_element_type=jnp.float32).astype(table.dtype)
+    return dh, dtable, None
+
+
+tied_logits_nll.defvjp(_tied_nll_fwd, _tied_nll_bwd)
 
 
 def divided(means: Mapping[str, Mean]) -> dict[str, Array]:
