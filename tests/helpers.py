@@ -63,11 +63,14 @@ def tiny(task, data_dir=None, **overrides):
     return c
 
 
-def sst2_from(checkpoint: pathlib.Path, workdir: pathlib.Path, *, steps: int, max_seq_length: int, drop: float) -> dict:
+def sst2_from(checkpoint: pathlib.Path, workdir: pathlib.Path, *, steps: int, max_seq_length: int, drop: float,
+              **overrides) -> dict:
     """A pretraining run of any family fine-tuned on the SST-2 fixture (batch 8, lr 3e-3, one
-    device): the mean loss of the last 5 steps is `drop` below the first 5's. Returns the result."""
+    device; `overrides` of the fine-tuning config's top-level keys): the mean loss of the last 5
+    steps is `drop` below the first 5's. Returns the result."""
     c = default_config("sst2")
-    c.update(init_checkpoint=str(checkpoint), total_steps=steps, batch_size=8, eval_batch_size=8, log_every=1)
+    c.update(init_checkpoint=str(checkpoint), total_steps=steps, batch_size=8, eval_batch_size=8, log_every=1,
+             **overrides)
     c.data.update(dir=str(FIXTURES / "glue" / "SST-2"), max_seq_length=max_seq_length)
     c.optimizer.learning_rate = 3e-3
     c.mesh.shape = (1, 1)

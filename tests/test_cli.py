@@ -1,10 +1,14 @@
 """Bad input ends the CLI with one clear line, a non-zero status and no traceback."""
 
+import os
 import subprocess
 import sys
 
 import pytest
 from helpers import REPO
+
+from bertology import cli
+from bertology.errors import Diverged, UserError
 
 
 def run_cli(*args, tmp_path):
@@ -45,3 +49,34 @@ def test_empty_corpus_one_line(tmp_path):
     r = run_cli("--config=configs/bert.py:tiny", f"--config.data.corpus={empty}", tmp_path=tmp_path)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [f"bertology.pretrain: error: corpus {empty} is empty; it needs text, one sentence per line"]
+
+
+@pytest.mark.parametrize("status", [cli.EXIT_PREEMPTED, 2, cli.EXIT_DIVERGED])
+def test_a_run_that_stops_early_ends_without_the_interpreters_teardown(status):
+    """`cli.end_process(status)` flushes what was printed and exits at once, without the teardown
+    that waits for other threads (and that crashed with signal 11 when a SIGTERM landed while
+    XLA's threads were running): a thread still sleeping does not hold the process, which
+    `sys.exit` would wait on. A finished run (0) still exits through `sys.exit`."""
+    code = ("import threading, time\n"
+            "from bertology import cli\n"
+            "threading.Thread(target=time.sleep, args=(600,)).start()\n"
+            "print('stopped', end='')\n"
+            f"cli.end_process({status})\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert (r.returncode, r.stdout) == (status, "stopped")
+    with pytest.raises(SystemExit) as finished:
+        cli.end_process(0)
+    assert finished.value.code == 0
+
+
+@pytest.mark.parametrize("error, status", [(UserError("bad"), 2), (Diverged("training diverged"), 3)])
+def test_bad_input_and_divergence_have_their_own_exit_statuses(error, status, capsys):
+    """A scheduler or a sweep can tell a diverged run (3: rerunning as is diverges again) from bad
+    input (2), a preempted run (143) and a finished one (0)."""
+
+    def main(fv):
+        raise error
+
+    assert cli.run("prog", main, argv=["prog", f"--config={REPO}/configs/bert.py:tiny"]) == status
+    assert capsys.readouterr().err == f"prog: error: {error}\n"

@@ -24,7 +24,7 @@ import pytest
 from helpers import LM, REPO, Bigram, Cycle, bigram_config, lm_batch, tiny_config
 
 from bertology import cli
-from bertology.errors import UserError
+from bertology.errors import Diverged, Preempted, UserError
 from bertology.train import run as run_lib
 from bertology.train.checkpoint import Checkpointer, load_params
 
@@ -149,7 +149,7 @@ def test_a_diverging_bert_stops_with_one_line_and_keeps_its_last_good_checkpoint
 
     cfg = tiny_config(total_steps=12, checkpoint_every=1, keep_checkpoints=20,
                       **{"optimizer.learning_rate": 1e6, "optimizer.warmup_steps": 1})
-    with pytest.raises(UserError, match=r"training diverged: .* 5 steps in a row .*try a lower optimizer.learning_rate") as e:
+    with pytest.raises(Diverged, match=r"training diverged: .* 5 steps in a row .*try a lower optimizer.learning_rate") as e:
         train(cfg, tmp_path)
     rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     first_bad = next(r["step"] for r in rows if not np.isfinite(r["loss"]))
@@ -195,6 +195,31 @@ def test_sigterm_checkpoints_and_the_cli_exits_143(tmp_path, capsys):
     assert "SIGTERM: checkpoint written at step 4" in out.out and "prog: stopped by SIGTERM" in out.err
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # everything restored
+
+
+def test_a_sigterm_swallowed_before_the_loop_still_stops_the_run(tmp_path, capsys, monkeypatch):
+    """The CLI's SIGTERM handler raises `Preempted`; where that exception is raised inside a
+    finalizer (in the wild: jax's garbage-collection callback during start-up), Python prints
+    "Exception ignored" and carries on, and the run used to train to its end and exit 0. The loop
+    now sees the request when it starts: a checkpoint after the first step, then exit 143."""
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def main(fv):
+        Finalized()  # dropped at once: its finalizer sends SIGTERM, and the handler's exception is ignored
+        return fit(tmp_path)
+
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
+    status = cli.run("prog", main, argv=["prog", f"--config={REPO}/configs/bert.py:tiny"])
+    out = capsys.readouterr()
+    assert swallowed == [Preempted]  # the handler's raise went nowhere
+    assert status == cli.EXIT_PREEMPTED
+    assert "SIGTERM: checkpoint written at step 1" in out.out
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_resume_drops_the_metrics_rows_after_the_checkpoint(straight, tmp_path):

@@ -50,11 +50,12 @@ def test_cli(pretrained, tmp_path):
     assert r.stderr.strip() == "bertology.features: error: input file not found: /nonexistent.txt; give a text file with one sentence per line"
 
 
-@pytest.mark.parametrize("family", ["bert", "mobilebert", "xlnet"])
+@pytest.mark.parametrize("family", ["bert", "mobilebert", "xlnet", "gpt"])
 def test_features_are_the_fine_tuning_trunks_layers(family, tmp_path):
     """A tiny random run of each family: every layer `extract` gives is the layer of the trunk the
-    task model builds (the family's `task_trunk` for MobileBERT and XLNet, the shared Encoder for
-    BERT), read from the TaskModel itself, zero at padding."""
+    task model builds (the family's `task_trunk` for MobileBERT, XLNet and GPT, the shared Encoder
+    for BERT), read from the TaskModel itself, zero at padding. The sentence vector is the mean
+    over real tokens, except for GPT's causal trunk: its last real token."""
     import flax.linen as nn
     import jax
 
@@ -82,6 +83,10 @@ def test_features_are_the_fine_tuning_trunks_layers(family, tmp_path):
         got = extract(tmp_path / "run", texts, layers=(i,), max_seq_length=16)["tokens"]
         np.testing.assert_allclose(got, np.asarray(want[i]) * mask, atol=1e-5, rtol=0, err_msg=f"layer {i}")
     assert np.abs(out["tokens"][0] - out["tokens"][1]).max() > 1e-2
+    lengths = batch["input_mask"].sum(1)
+    want_sentence = (out["tokens"][np.arange(2), lengths - 1] if family == "gpt"
+                     else out["tokens"].sum(1) / lengths[:, None])
+    np.testing.assert_allclose(out["sentence"], want_sentence, atol=1e-5, rtol=0)
 
 
 def _random_params(config) -> dict:

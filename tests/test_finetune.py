@@ -9,11 +9,12 @@ import threading
 import time
 
 import flax.linen as nn
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FIXTURES, REPO, tiny
+from helpers import FIXTURES, REPO, short_run_config, sst2_from, tiny
 
 from bertology import finetune as finetune_cli
 from bertology import models, tasks
@@ -233,3 +234,56 @@ def test_summary_of_runs(tmp_path):
 def test_embedded_task_beats_chance(tmp_path):
     result = finetune(tiny("embedded", total_steps=150, batch_size=32, eval_batch_size=64), tmp_path)
     assert result["scores"]["accuracy"] > 3 * 100 / 8  # 8 balanced classes: chance is 12.5%
+
+
+@pytest.mark.slow
+def test_gpt_fine_tunes_through_its_causal_trunk(tmp_path):
+    """A tiny GPT run fine-tunes on the SST-2 fixture through its own trunk (causal, the head at
+    each row's last real token), not the bidirectional encoder: the task model's trunk holds the
+    pretraining run's decoder tensors and nothing else, and the loss falls."""
+    from flax.traverse_util import flatten_dict
+
+    from bertology.families.gpt import model as gpt
+    from bertology.train.loop import train
+
+    train(short_run_config("gpt", "tiny", **{"total_steps": 10, "data.max_seq_length": 48}), tmp_path / "pre")
+    result = sst2_from(tmp_path / "pre", tmp_path / "ft", steps=30, max_seq_length=48, drop=0.2, lm_weight=0.5)
+    assert set(flatten_dict(result["params"]["encoder"])) == set(flatten_dict(gpt.trunk(load_params(tmp_path / "pre")[0])))
+    # L = L_task + 0.5 L_LM, step by step (Radford et al. 2018's auxiliary objective)
+    rows = [json.loads(line) for line in (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "lm" in r]
+    assert len(rows) == 30
+    for r in rows:
+        assert r["loss"] == pytest.approx(r["cross_entropy"] + 0.5 * r["lm"], rel=1e-5)
+
+
+def test_language_model_term_is_the_pretraining_models_next_token_loss(tmp_path):
+    """The task model's `lm_nll` (GPT's trunk through its tied output layer) is the pretraining
+    model's next-token cross-entropy on the same rows; a bidirectional trunk refuses the term."""
+    from bertology.objectives import token_nll
+
+    c = helpers.config("gpt", "tiny")
+    c.model.update(vocab_size=97, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64,
+                   max_position_embeddings=16, vocab_multiple=8)
+    pretraining = models.build(c.model)
+    rng = np.random.default_rng(0)
+    mask = (np.arange(12)[None] < np.array([12, 7, 3])[:, None]).astype(np.int32)
+    batch = {"input_ids": (rng.integers(1, 97, (3, 12)) * mask).astype(np.int32), "input_mask": mask,
+             "segment_ids": np.zeros((3, 12), np.int32)}
+    params = nn.meta.unbox(pretraining.init(jax.random.key(0), batch)["params"])
+    cfg, trunk = models.pretrained_encoder(params, c.model)
+    task = TaskModel(cfg, "classification", 2, "full", "gpt")
+    fresh = nn.meta.unbox(task.init(jax.random.key(1), batch)["params"])
+    out = task.apply({"params": {**fresh, "encoder": trunk}}, batch, language_model=True)
+    logits = pretraining.apply({"params": params}, batch)["logits"]
+    want = token_nll(logits[:, :-1], batch["input_ids"][:, 1:])[0]
+    np.testing.assert_array_equal(out["lm_weights"], mask[:, 1:])
+    np.testing.assert_allclose(np.asarray(out["lm_nll"]) * mask[:, 1:], np.asarray(want) * mask[:, 1:], atol=1e-5)
+    assert float(np.asarray(want).min()) > 1.0  # a random model: a real loss, not zeros
+    bert = TaskModel(cfg, "classification", 2, "full", "bert")
+    with pytest.raises(UserError, match="^lm_weight > 0 .* needs a causal trunk, not bert's; set lm_weight=0"):
+        bert.init(jax.random.key(1), batch, language_model=True)
+    # the fine-tuning run refuses it before anything is traced, in one line
+    c = tiny("sst2", "glue/SST-2", lm_weight=0.5)
+    with pytest.raises(UserError, match="^lm_weight > 0 .* needs a causal trunk, not bert's; set lm_weight=0$"):
+        finetune(c, tmp_path)

@@ -14,6 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import jax.numpy as jnp  # noqa: E402
 from flax.traverse_util import flatten_dict, unflatten_dict  # noqa: E402
 
 from bertology import models  # noqa: E402
@@ -279,3 +280,55 @@ def test_fused_rows_split_and_join_the_hf_tensor():
     np.testing.assert_array_equal(weight, expected)
     for r in rows:
         np.testing.assert_array_equal(r.to_ours(state[r.hf], shapes[r.ours]), ours[r.ours])
+
+
+# ---------------------------------------------------------------- fine-tuning: the causal trunk
+
+SEQUENCE_CLASSIFICATION = {"gpt2": transformers.GPT2ForSequenceClassification,
+                           "openai-gpt": transformers.OpenAIGPTForSequenceClassification}
+
+
+def right_padded(vocab: int, seed: int = 0) -> dict:
+    """Rows padded on the right as `bertology.tasks` builds them; real ids never the pad id 0."""
+    rng = np.random.default_rng(seed)
+    mask = (np.arange(L)[None] < np.array(LENGTHS)[:, None]).astype(np.int32)
+    ids = np.where(mask > 0, rng.integers(1, vocab, mask.shape), 0).astype(np.int32)
+    return dict(input_ids=ids, input_mask=mask, segment_ids=np.zeros_like(ids))
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_sequence_classification_matches_transformers(model_type, tmp_path):
+    """`GPT2ForSequenceClassification` / `OpenAIGPTForSequenceClassification` (a bias-free score
+    layer at the last non-padding token) against our task model on the imported weights: the
+    trunk runs causally and the head reads each row's last real token (Radford et al. 2018)."""
+    from bertology.models.tasks import TaskModel
+
+    _, config_cls, extra = HF_CLASSES[model_type]
+    torch.manual_seed(3)
+    hf_model = SEQUENCE_CLASSIFICATION[model_type](config_cls(**{**SMALL, **extra}, num_labels=3, pad_token_id=0))
+    with torch.no_grad():
+        for p in hf_model.parameters():
+            p.normal_(0.0, 0.2)
+    hf_model.eval().save_pretrained(tmp_path / "hf")
+    report = import_hf(tmp_path / "hf", tmp_path / "run")
+    assert [u.rsplit(": ", 1)[1] for u in report.unused] == ["score.weight"]  # the task layer: ours is the head below
+    params, run_config = load_params(tmp_path / "run")
+    cfg, trunk = models.pretrained_encoder(params, run_config["model"])
+    model = TaskModel(cfg, "classification", 3, "full", "gpt")
+    head = {"kernel": jnp.asarray(hf_model.score.weight.detach().numpy().T), "bias": jnp.zeros(3)}
+    batch = right_padded(V, seed=4)
+    with torch.no_grad():
+        want = hf_model(input_ids=torch.tensor(batch["input_ids"]).long(),
+                        attention_mask=torch.tensor(batch["input_mask"]).long()).logits.numpy()
+    got = np.asarray(model.apply({"params": {"encoder": trunk, "head": head}}, batch)["logits"])
+    print(f"\n{model_type} sequence classification: max logit diff {np.abs(got - want).max():.2e}")
+    assert np.abs(got - want).max() <= TOLERANCE
+    assert np.abs(want[0] - want[1]).max() > 1e-2  # the rows differ, so a constant output would fail
+    # causal: a token after a row's last real one (padding) changes nothing; the first token changes the logits
+    later, earlier = dict(batch), dict(batch)
+    later["input_ids"] = np.where(batch["input_mask"] > 0, batch["input_ids"], 5).astype(np.int32)
+    earlier["input_ids"] = batch["input_ids"].copy()
+    earlier["input_ids"][:, 0] = batch["input_ids"][:, 0] % (V - 1) + 1
+    apply = lambda b: np.asarray(model.apply({"params": {"encoder": trunk, "head": head}}, b)["logits"])  # noqa: E731
+    np.testing.assert_allclose(apply(later), got, atol=1e-6)
+    assert np.abs(apply(earlier) - got).max(axis=1).min() > 1e-4  # every row's last token reads its first

@@ -110,10 +110,27 @@ def test_glue_stray_and_trailing_tabs(tmp_path):
     d = glue_dir(tmp_path, "SST-2",
                  "sentence\tlabel\na fine film \t1\t\na dull\tfilm \t0\nthe worst \t0\n",
                  "sentence\tlabel\ngood \t1\n")
-    sst = tasks.get("sst2").load(d, None, log=lambda _: None)
+    sst = tasks.get("sst2").load(d, None, log=lambda _: None, max_skipped_fraction=0.5)
     assert [(e["text_a"], e["label"]) for e in sst["train"]] == [("a fine film ", 1), ("the worst ", 0)]
-    assert sst.reads["train"].skipped == {"extra fields": 1}
+    assert sst.reads["train"].skipped == {"extra fields": 1} and sst.reads["train"].first_skipped == 3
     assert sst.reads["train"].converted == {"trailing tab": 1}
+
+
+def test_glue_file_losing_more_than_one_percent_of_its_rows_is_refused(tmp_path):
+    """SST-2's release has no broken rows: a train.tsv where every third row lost its label column
+    is refused by default, naming the first bad line and the setting that allows it; QQP, whose
+    release has broken rows, is read whatever it skips."""
+    rows = "".join(f"sentence {i} \t{i % 2}\n" if i % 3 else f"sentence {i} \n" for i in range(1, 301))
+    d = glue_dir(tmp_path, "SST-2", "sentence\tlabel\n" + rows, "sentence\tlabel\ngood \t1\n")
+    sst2 = tasks.get("sst2")
+    with pytest.raises(UserError, match=r"SST-2/train\.tsv:4: 100 of 300 rows skipped \(100 missing fields\), more than "
+                                        r"1%; .* --config\.data\.max_skipped_fraction=0\.33 to train on the rest$"):
+        sst2.load(d, None, log=lambda _: None)
+    assert len(sst2.load(d, None, log=lambda _: None, max_skipped_fraction=0.34)["train"]) == 200
+    # 1 of 101 rows (0.99%) is within the default
+    one = "".join(f"sentence {i} \t1\n" for i in range(100)) + "broken \n"
+    assert len(sst2.load(glue_dir(tmp_path / "one", "SST-2", "sentence\tlabel\n" + one, "sentence\tlabel\ngood \t1\n"),
+                         None, log=lambda _: None)["train"]) == 100
 
 
 @pytest.mark.parametrize("train, dev, message", [

@@ -17,6 +17,7 @@ from bertology.data import lanes
 from bertology.data.embedded import BYTE_BPE_VOCAB
 from bertology.data.tokenizers import load_tokenizer
 from bertology.data.transforms import make
+from bertology.errors import UserError
 
 
 def test_contiguous_lm_lanes_continue_one_stream_with_next_token_targets():
@@ -142,6 +143,15 @@ def test_without_memory_the_run_keeps_no_carry_and_checkpoints(tmp_path):
     has no carry and its checkpoints hold no empty arrays."""
     result = _run("transfo_xl", tmp_path, 4, mem_len=0)
     assert "carry" not in result["state"] and sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
+    # a Transformer-XL run has no fine-tuning trunk: fine-tuning and features refuse it in one line, by that reason
+    from bertology.features import extract
+    from bertology.train.finetune import finetune
+
+    c = helpers.config("finetune/embedded")
+    c.init_checkpoint = str(tmp_path)
+    for attempt in (lambda: finetune(c, tmp_path / "ft"), lambda: extract(tmp_path, ["a sentence"])):
+        with pytest.raises(UserError, match="^a transfo_xl run has no fine-tuning trunk: "):
+            attempt()
 
 
 def test_xlnet_trunk_of_shared_biases_computes_the_pretrained_network():

@@ -4,27 +4,46 @@ Configs are python files (`--config configs/bert.py:tiny`) with `--config.a.b=v`
 big_vision. Any bad input (unknown key, unknown preset, missing file) ends the program with one
 line on stderr naming the problem, exit status 2, and no traceback.
 
-Exit statuses: 0 finished; 2 bad input (`UserError`, one line); 130 Ctrl-C; 143 (128 + SIGTERM,
+Exit statuses: 0 finished; 2 bad input (`UserError`, one line); 3 diverged (`Diverged`, one line);
+130 Ctrl-C; 143 (128 + SIGTERM,
 what a shell reports for a process SIGTERM ended) stopped by SIGTERM: the run wrote a
 checkpoint and wants to be requeued (a pod or SLURM's `--requeue` can tell it from a finished
 run). While `main` runs, SIGTERM raises `Preempted`; a training loop defers it until its
 checkpoint is written (`bertology.train.run.Preemption`), so every CLI that trains gets 143
-without doing anything itself.
+without doing anything itself; its `__main__` exits through `end_process`.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sys
-from typing import Callable
+from typing import Callable, NoReturn
 
 from absl import flags
 from ml_collections import config_flags
 
-from bertology.errors import Preempted, UserError
+from bertology.errors import SIGTERM_RECEIVED, Diverged, Preempted, UserError
 
+EXIT_DIVERGED = 3
 EXIT_PREEMPTED = 128 + signal.SIGTERM
+
+
+def end_process(status: int) -> NoReturn:
+    """Exit a training command with `status` (its `main()`'s). A run that stopped early (preempted,
+    bad input, diverged) ends without the interpreter's teardown: with XLA's, TensorFlow's or
+    orbax's threads still running, that teardown crashed with signal 11 (a SIGTERM during
+    start-up, about one time in five), which a scheduler reads as a crash, not a preemption to
+    requeue, or printed a traceback after the one-line error (a full disk during a checkpoint
+    write: "sys.meta_path is None, Python is likely shutting down"). By then `main` has closed
+    and released everything it wrote (checkpoint, metrics, the run lock). A finished run (0)
+    exits normally."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if status != 0:
+        os._exit(status)
+    sys.exit(status)
 
 
 def _clean(message: str) -> str:
@@ -58,6 +77,7 @@ def _unknown_key(message: str, argv: list[str]) -> str:
 
 
 def _preempted(signum: int, frame: object) -> None:
+    SIGTERM_RECEIVED.set()
     raise Preempted("stopped by SIGTERM; rerun the same command to resume from the last checkpoint")
 
 
@@ -83,17 +103,19 @@ def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[]
             raise UserError(f"config file not found: {_config_path(argv)}; e.g. --config configs/bert.py:tiny") from None
         if config is None:
             raise UserError("no --config given; e.g. --config configs/bert.py:tiny")
+        SIGTERM_RECEIVED.clear()
         previous = signal.signal(signal.SIGTERM, _preempted)
         try:
             main(fv)
         finally:
             signal.signal(signal.SIGTERM, previous)
+            SIGTERM_RECEIVED.clear()  # this run's: a later run in the same process starts afresh
     except Preempted as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_PREEMPTED
     except (UserError, flags.Error) as e:
         print(f"{prog}: error: {_clean(e)}", file=sys.stderr)
-        return 2
+        return EXIT_DIVERGED if isinstance(e, Diverged) else 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

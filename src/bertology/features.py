@@ -7,9 +7,11 @@
 output, -1 the last layer; several are averaged) and a sentence vector: the mean over its real
 tokens, [CLS] and [SEP] included. Mean pooling is used rather than [CLS] because a pretrained
 [CLS] only ever learned NSP/SOP (or nothing, for RoBERTa/ELECTRA) and is a poor sentence summary
-without fine-tuning. The layers are those of the trunk fine-tuning builds (`models/tasks.py`):
-the family's `task_trunk` where it has one (XLNet's content stream, MobileBERT's bottleneck stack,
-ELMo's biLM), else the shared Encoder. An ELMo checkpoint gives its biLM's layers (0: the char
+without fine-tuning. A causal trunk (GPT's) gives its last real token instead, the only one that
+has read the whole sentence, as its fine-tuning head reads it. The layers are those of the trunk
+fine-tuning builds (`models/tasks.py`): the family's `task_trunk` where it has one (XLNet's
+content stream, MobileBERT's bottleneck stack, ELMo's biLM, GPT's causal decoder), else the
+shared Encoder. An ELMo checkpoint gives its biLM's layers (0: the char
 CNN's [x; x], then each LSTM layer's [forward; backward]) over the words of each sentence, read
 between `<S>` and `</S>` (`models/elmo.task_inputs` says how task text becomes words). Inputs
 take BERT's layout, [CLS] first and padding on the right, whatever the family. The CLI takes one
@@ -40,6 +42,7 @@ def extract(
     """{'tokens', 'sentence', 'input_ids', 'input_mask'} for `texts` under the checkpoint's encoder."""
     import flax.linen as nn
     import jax
+    import jax.numpy as jnp
 
     from bertology import models
     from bertology.data.tokenizers import for_data
@@ -69,11 +72,16 @@ def extract(
     if any(not -n_layers <= i < n_layers for i in layers):
         raise UserError(f"layers {list(layers)} out of range for {n_layers - 1} layers; use 0..{n_layers - 1} or negative")
 
+    causal = getattr(trunk, "causal", False)  # a causal stack's (`transformer.Stack.causal`)
+
     @jax.jit
     def run(batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
         out = trunk.apply(variables, batch)["layers"]
         tokens = sum(out[i] for i in layers) / len(layers)
         tokens = tokens * batch["input_mask"][..., None]
+        if causal:
+            last = jnp.max(jnp.where(batch["input_mask"] > 0, jnp.arange(tokens.shape[1]), 0), axis=1)
+            return tokens, jnp.take_along_axis(tokens, last[:, None, None], axis=1)[:, 0]
         return tokens, tasks.masked_mean(tokens, batch["input_mask"])
 
     tokens, sentence = [], []

@@ -11,8 +11,6 @@ Multi-host: run the same command on every host. On a TPU pod add --distributed; 
 
 from __future__ import annotations
 
-import sys
-
 from absl import flags
 
 from bertology import cli
@@ -48,4 +46,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.end_process(main())

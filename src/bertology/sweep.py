@@ -38,7 +38,6 @@ import importlib.util
 import json
 import math
 import pathlib
-import sys
 import types
 from typing import Any
 
@@ -285,4 +284,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.end_process(main())

@@ -122,6 +122,8 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("eval.clamp_len", _integer(-1), "the largest relative distance encoded at evaluation; -1 clamps nothing"),
     ("eval.same_length", _boolean(), "at evaluation every query sees mem_len keys (Transformer-XL's eval)"),
     ("model.activation_dropout_rate", _number(0, 1, hi_open=True), "the dropout probability after the FFN activation"),
+    ("data.max_skipped_fraction", _number(0, 1), "the share of a GLUE file's rows it may skip, e.g. 0.05"),
+    ("lm_weight", _number(0, 100), "the weight of GPT's auxiliary LM loss in fine-tuning (Radford et al.: 0.5)"),
     ("distill_temperature", _positive(), "the softmax temperature of task distillation, e.g. 1.0"),
     ("quantize", _one_of("none", "int8"), "none or Q8BERT's int8 quantization-aware training"),
     ("quant_ema_decay", _number(0, 1, hi_open=True), "the activation ranges' moving-average decay, e.g. 0.9999"),
@@ -133,7 +135,7 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("prune.every", _integer(1), "steps between mask updates"),
 )
 _UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps", "optimizer.schedule_steps", "eval.mem_len",
-                  "eval.clamp_len", "eval.same_length")
+                  "eval.clamp_len", "eval.same_length", "data.max_skipped_fraction")
 
 
 def get(config: ml_collections.ConfigDict, key: str) -> Any:

@@ -44,7 +44,8 @@ class Family:
     - `layer_index(names)`: where a trunk parameter sits among the layers (`bertology.models.layout`);
       read by layer-wise learning rates, pruning and student initialisation;
     - `task_modes`: the fine-tuning modes its trunk takes (ELMo's biLM is used frozen: `features`
-      only; a trunk without Houlsby adapters leaves out `adapters`);
+      only; a trunk without Houlsby adapters leaves out `adapters`; none: the family has no
+      fine-tuning trunk, and fine-tuning and features refuse its runs in one line);
     - `task_trunk(cfg, name) -> nn.Module`: the fine-tuning trunk where it is not the shared
       `Encoder`; its `__call__(inputs, *, deterministic)` returns {"sequence": [B, L, D], "pooled":
       [B, D] (what sequence-level heads read), "layers": list of [B, L, D]}, and its parameters are

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from bertology import models
 from bertology.errors import UserError
 from bertology.models.transformer import Encoder, TransformerConfig, dense, ones, zeros
+from bertology.objectives import token_nll
 from bertology.tasks import kinds
 
 Array = jax.Array
@@ -54,11 +55,29 @@ def masked_mean(x: Array, mask: Array) -> Array:
     return jnp.sum(x * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
 
 
+def check_fine_tunable(family: str) -> None:
+    """Refuse a family whose record has no fine-tuning modes (`Family.task_modes` empty): its
+    network defines no state for a head to read, and the shared Encoder is not its network."""
+    if not models.family(family).task_modes:
+        raise UserError(f"a {family} run has no fine-tuning trunk: nothing in its network is what a task head or "
+                        "`bertology.features` reads; fine-tune a run of a family with one (e.g. gpt, xlnet, bert)")
+
+
 def trunk(cfg: Any, family: str | None, name: str = "encoder") -> nn.Module:
     """The network under the heads (and what `bertology.features` reads): the family's own
     `task_trunk` where it defines one, else the shared Encoder."""
+    if family:
+        check_fine_tunable(family)
     build = models.family(family).task_trunk if family else None
     return Encoder(cfg, name=name) if build is None else build(cfg, name)
+
+
+def check_language_model(network: nn.Module, family: str | None) -> None:
+    """Refuse GPT's auxiliary language-modelling loss on a trunk that is not causal (its tied
+    output layer would predict tokens it has already read)."""
+    if not getattr(network, "causal", False):
+        raise UserError(f"lm_weight > 0 (GPT's auxiliary language-modelling loss) needs a causal trunk, not "
+                        f"{family or 'the shared encoder'}'s; set lm_weight=0")
 
 
 def check_length(cfg: Any, length: int, option: str) -> None:
@@ -83,7 +102,12 @@ class TaskModel(nn.Module):
     family: str | None = None  # the family whose `task_trunk` builds the trunk; None: the shared Encoder
 
     @nn.compact
-    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True,
+                 language_model: bool = False) -> dict[str, Array]:
+        """The head's outputs; with `language_model`, also each position's next-token
+        cross-entropy through the trunk's tied output layer (`lm_nll`, [rows, length - 1]) and
+        whether that next token is real (`lm_weights`): GPT's auxiliary fine-tuning loss
+        (Radford et al. 2018, §3.2), which only a causal trunk can compute."""
         kind = kinds.of(self.kind)
         frozen = self.mode == "features"
         # the heads' layers: a trunk that is not a Transformer gives them BERT's initialisation
@@ -94,7 +118,8 @@ class TaskModel(nn.Module):
         if choices:  # [batch, choices, length, ...] -> [batch·choices, length, ...]
             inputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in inputs.items()}
         mask = inputs["input_mask"]
-        out = trunk(self.cfg, self.family)(inputs, deterministic=deterministic or frozen)
+        network = trunk(self.cfg, self.family)
+        out = network(inputs, deterministic=deterministic or frozen)
         if frozen:
             sequence = ScalarMix(name="mix")([jax.lax.stop_gradient(x) for x in out["layers"]])
             pooled = masked_mean(sequence, mask)
@@ -104,4 +129,10 @@ class TaskModel(nn.Module):
         if kind.dropout:
             x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
         logits = dense(cfg, self.num_labels, ("hidden", None), "head")(x).astype(jnp.float32)
-        return kind.outputs(logits.reshape(-1, choices) if choices else logits)
+        outputs = kind.outputs(logits.reshape(-1, choices) if choices else logits)
+        if language_model:
+            check_language_model(network, self.family)
+            next_logits = self.cfg.real_logits(network.attend(out["sequence"][:, :-1]).astype(jnp.float32))
+            outputs["lm_nll"] = token_nll(next_logits, inputs["input_ids"][:, 1:])[0]
+            outputs["lm_weights"] = mask[:, 1:]
+        return outputs

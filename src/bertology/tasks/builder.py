@@ -38,9 +38,11 @@ class Read:
     kept: int = 0
     skipped: dict[str, int] = dataclasses.field(default_factory=dict)
     converted: dict[str, int] = dataclasses.field(default_factory=dict)
+    first_skipped: int = 0  # the file line of the first row skipped (0: none, or the parser does not say)
 
-    def skip(self, reason: str) -> None:
+    def skip(self, reason: str, line: int = 0) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        self.first_skipped = self.first_skipped or line
 
     def convert(self, reason: str, n: int = 1) -> None:
         if n:
@@ -86,8 +88,9 @@ def read_text(path: pathlib.Path) -> str:
 class LocalTask(tfds.core.GeneratorBasedBuilder):
     """Examples of one task, one split per list; every example gets its parse order as `_order`."""
 
-    # 1.1.0: parsers read MRPC's byte-order mark and skip broken rows; older caches hold -1 labels
-    VERSION = tfds.core.Version("1.1.0")
+    # 1.1.0: parsers read MRPC's byte-order mark and skip broken rows; older caches hold -1 labels.
+    # 1.2.0: the reads record the first skipped line
+    VERSION = tfds.core.Version("1.2.0")
 
     def __init__(self, *, features: dict[str, Any], examples: dict[str, list[Example]] | None = None, **kwargs):
         self._features = features

@@ -14,6 +14,8 @@ mark, sentence). The files are read as released:
   sentence cannot be told apart from a column break. Empty fields left by a trailing tab are dropped.
 - a labelled row with an empty label is skipped and counted; a label outside the task's label set
   (STS-B: a score outside 0..5) is an error naming the file and line, as no GLUE release has one.
+- a file that loses more than 1% of its rows that way is refused, naming its first skipped line
+  (`data.max_skipped_fraction` allows more); QQP, whose release has such rows, has no limit.
 
 A file whose header lacks the task's columns, or none of whose rows has the header's field
 count, is not the task's file: an error, never a silent run on nothing.
@@ -44,6 +46,7 @@ class Spec:
     splits: tuple[tuple[str, str], ...]  # (split, file); train and validation ones must exist
     submissions: tuple[tuple[str, str], ...]  # (test split, leaderboard file name)
     index: str = "index"
+    broken_rows: bool = False  # the release itself has rows that must be skipped (QQP's)
 
 
 _NLI = ("entailment", "not_entailment")
@@ -55,7 +58,8 @@ SPECS: dict[str, Spec] = {
     "mrpc": Spec("MRPC", "#1 String", "#2 String", "Quality", ("0", "1"),
                  (("train", "train.tsv"), ("validation", "dev.tsv"), ("test", "test.tsv")), (("test", "MRPC.tsv"),)),
     "qqp": Spec("QQP", "question1", "question2", "is_duplicate", ("0", "1"),
-                (("train", "train.tsv"), ("validation", "dev.tsv"), ("test", "test.tsv")), (("test", "QQP.tsv"),), "id"),
+                (("train", "train.tsv"), ("validation", "dev.tsv"), ("test", "test.tsv")), (("test", "QQP.tsv"),), "id",
+                broken_rows=True),
     "stsb": Spec("STS-B", "sentence1", "sentence2", "score", (),
                  (("train", "train.tsv"), ("validation", "dev.tsv"), ("test", "test.tsv")), (("test", "STS-B.tsv"),)),
     "mnli": Spec("MNLI", "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral"),
@@ -118,12 +122,12 @@ def parse(spec: Spec, path: pathlib.Path, split: str, read: builder.Read) -> Ite
             fields = fields[:len(header)]
             read.convert("trailing tab")
         if len(fields) != len(header):
-            read.skip(f"{'missing' if len(fields) < len(header) else 'extra'} fields")
+            read.skip(f"{'missing' if len(fields) < len(header) else 'extra'} fields", line)
             continue
         well_formed += 1
         row = dict(zip(header, fields))
         if labelled and row[spec.label] == "":
-            read.skip("no label")
+            read.skip("no label", line)
             continue
         index = row.get(spec.index, str(well_formed - 1))
         if not index.isdigit():
@@ -139,7 +143,13 @@ def parse(spec: Spec, path: pathlib.Path, split: str, read: builder.Read) -> Ite
                         f"not the GLUE {spec.directory} layout, use the official release")
 
 
-def _load(name: str, directory: str | None, cache_dir=None, log=print) -> dict[str, list[Example]]:
+# The share of a file's rows a task may skip (data.max_skipped_fraction overrides it): no GLUE release
+# but QQP's has rows to skip, so more than this means a damaged or converted file, not the release.
+MAX_SKIPPED_FRACTION = 0.01
+
+
+def _load(name: str, directory: str | None, cache_dir=None, log=print,
+          max_skipped_fraction: float | None = None) -> dict[str, list[Example]]:
     spec = SPECS[name]
     root = data_dir(directory, f"glue/{spec.directory}")
     hint = f"put the GLUE {spec.directory} files there (or set --config.data.dir to the {spec.directory} directory)"
@@ -154,7 +164,16 @@ def _load(name: str, directory: str | None, cache_dir=None, log=print) -> dict[s
         "idx": np.int64, "text_a": tfds.features.Text(), "text_b": tfds.features.Text(),
         "label": np.float32 if not spec.labels else np.int64,
     }
-    return builder.load(f"glue_{name}", features, parsers, list(files.values()), cache_dir, log)
+    splits = builder.load(f"glue_{name}", features, parsers, list(files.values()), cache_dir, log)
+    allowed = max_skipped_fraction if max_skipped_fraction is not None else 1.0 if spec.broken_rows else MAX_SKIPPED_FRACTION
+    for read in splits.reads.values():
+        skipped = sum(read.skipped.values())
+        if skipped > allowed * (skipped + read.kept):
+            why = ", ".join(f"{n} {reason}" for reason, n in read.skipped.items())
+            raise UserError(f"{read.source}:{read.first_skipped}: {skipped} of {skipped + read.kept} rows skipped ({why}), "
+                            f"more than {allowed:.0%}; repair the file (this line is the first), or set "
+                            f"--config.data.max_skipped_fraction={skipped / (skipped + read.kept):.2f} to train on the rest")
+    return splits
 
 
 def _score(name: str, examples: list[Example], predictions: np.ndarray) -> dict[str, float]:
@@ -181,6 +200,7 @@ TASKS: dict[str, Task] = {
         score=functools.partial(_score, name),
         eval_splits=tuple(s for s, _ in spec.splits if s.startswith("validation")),
         submissions=spec.submissions,
+        options=("max_skipped_fraction",),
     )
     for name, spec in SPECS.items()
 }

@@ -44,7 +44,7 @@ from bertology.generation import decoder_start_id, frame_source, generate
 from bertology.models import layout
 from bertology.models.decoding import decoding_of, require
 from bertology.models.presets import bert_preset
-from bertology.models.tasks import INPUTS, MODES, TaskModel, check_length
+from bertology.models.tasks import INPUTS, MODES, TaskModel, check_fine_tunable, check_language_model, check_length, trunk
 from bertology.tasks import kinds
 from bertology.tasks.kinds import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
@@ -91,6 +91,7 @@ def default_config(task: str) -> ml_collections.ConfigDict:
         n_best_size=20,
         max_answer_length=30,
         null_score_threshold=0.0,  # SQuAD 2.0: answer "" when null score - best span > this
+        max_skipped_fraction=placeholder(float),  # GLUE: the share of a file's rows it may skip; None: 1% (QQP: all)
     ))
     c.optimizer = ml_collections.ConfigDict(dict(
         name="adamw", learning_rate=5e-5, warmup_fraction=0.1, warmup_steps=placeholder(int),
@@ -99,6 +100,9 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     ))
     c.mesh = sharding.mesh_config()
     # Smaller models (module docstring): distillation from a fine-tuned teacher, int8 QAT, pruning.
+    # GPT's auxiliary language-modelling loss during fine-tuning, L = L_task + lm_weight · L_LM (Radford et al.
+    # 2018: 0.5); a causal trunk only (a GPT run's)
+    c.lm_weight = 0.0
     c.teacher_checkpoint = placeholder(str)  # a fine-tuning run on the same task; None: learn the labels
     c.distill_temperature = 1.0
     c.quantize = "none"  # none | int8
@@ -243,6 +247,7 @@ def _encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
     task_inputs = record.task_inputs
     config.data.vocab = vocab
     validation.check(config)
+    check_fine_tunable(family)
     modes = record.task_modes
     if config.mode not in modes:
         raise UserError(f"the {family} trunk fine-tunes with mode {' or '.join(modes)}, not {config.mode}; "
@@ -286,7 +291,12 @@ def _encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
 
     model = task_model(cfg, family, task, config.mode, config.quantize, config.grad_accum_steps)
     teacher = task_teacher(config, task)
-    objective = objectives.get("finetune" if teacher is None else
+    if config.lm_weight:
+        check_language_model(trunk(cfg, family), family)
+    if teacher is not None and config.lm_weight:
+        raise UserError("lm_weight > 0 with a teacher_checkpoint: distillation has no language-modelling term; "
+                        "set lm_weight=0")
+    objective = objectives.get({"name": "finetune", "lm_weight": config.lm_weight} if teacher is None else
                                {"name": "tinybert", "stage": "prediction", "temperature": config.distill_temperature})
 
     def evaluator(run: run_lib.Run) -> Callable[[Any], dict[str, Any]]:

@@ -116,7 +116,8 @@ class QuantizedTaskModel(TaskModel):
 
     int8: bool = False
 
-    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True,
+                 language_model: bool = False) -> dict[str, Array]:
         def interceptor(next_fun, args, kwargs, context):
             module = context.module
             if context.method_name != "__call__" or not isinstance(module, (nn.Dense, HeadsDense, nn.Embed)):
@@ -131,7 +132,7 @@ class QuantizedTaskModel(TaskModel):
             return _dense(module, args[0], self.int8)
 
         with nn.intercept_methods(interceptor):
-            return super().__call__(batch, deterministic=deterministic)
+            return super().__call__(batch, deterministic=deterministic, language_model=language_model)
 
 
 def is_range(params: Any) -> Any:

@@ -64,7 +64,7 @@ from etils import epath
 
 from bertology.data.embedded import DEFAULT_VOCAB
 from bertology.data.tokenizers import for_data
-from bertology.errors import UserError
+from bertology.errors import SIGTERM_RECEIVED, Diverged, UserError
 from bertology.files import atomic_write
 from bertology.objectives import Objective, Terms
 from bertology.train import sharding
@@ -324,10 +324,12 @@ def initial_state(params: Any, tx: optax.GradientTransformation) -> State:
 class Preemption:
     """Turns SIGTERM into a flag the loop checks after each step, so it can checkpoint and exit;
     then `restore(forward=True)` hands the signal to the handler installed before (if a Python
-    one: the CLI's, which exits with its preemption status)."""
+    one: the CLI's, which exits with its preemption status). A SIGTERM the CLI's handler got
+    before the loop, but whose exception Python swallowed (`errors.SIGTERM_RECEIVED`), is a
+    request from the start."""
 
     def __init__(self):
-        self.requested = False
+        self.requested = SIGTERM_RECEIVED.is_set()
         self._previous = signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum, frame):
@@ -425,7 +427,7 @@ class Run:
                         skipped = int(m[SKIPPED])
                         if in_a_row >= limit:
                             self.writer.flush()
-                            raise UserError(
+                            raise Diverged(
                                 f"training diverged: the loss or gradient was NaN or inf at {in_a_row} steps in a row "
                                 f"(steps {s - in_a_row + 1}-{s}, none applied; max_nonfinite_steps={limit}); the last "
                                 f"checkpoint is step {self.checkpointer.latest_step()}; {DIVERGENCE_HINT}")

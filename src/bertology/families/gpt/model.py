@@ -4,10 +4,16 @@ output layer is tied to its token table.
 GPT-1 is post-LN with learned positions; GPT-2 moves the norm before each sublayer, adds a final
 norm, and scales the initialisation of the projections into the residual stream by
 1/sqrt(2·layers). Both are settings of the shared core (`norm`, `scale_residual_init`), so this
-module only adds the tied output and the KV-cached decoding entry point.
+module only adds the tied output, the KV-cached decoding entry point and the fine-tuning trunk.
+
+Fine-tuning (Radford et al. 2018, §3.2) runs the decoder causally and gives the task head the
+state of each row's last real token, the only one that has read the whole input (GPT-1's
+`extract` token; `GPT2ForSequenceClassification` reads the last non-padding token the same way).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -15,7 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from bertology.models import Family, encoder_config, flops
-from bertology.models.transformer import Decoder, TransformerConfig
+from bertology.models.transformer import Decoder, Stack, TransformerConfig
 
 
 class Model(nn.Module):
@@ -44,6 +50,25 @@ class Model(nn.Module):
         return {"states": states, "table": self.decoder.embeddings.token.embedding}
 
 
+class TaskTrunk(Stack):
+    """The fine-tuning trunk (`task_trunk`): the decoder's stack run causally, `pooled` at each
+    row's last real token (the last position its `input_mask` marks, whichever side the padding
+    is on); its parameters are the pretraining run's decoder (`trunk`)."""
+
+    causal: bool = True
+
+    def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, Any]:
+        layers = self.run(batch, deterministic)
+        mask = batch["input_mask"]
+        last = jnp.max(jnp.where(mask > 0, jnp.arange(mask.shape[1]), 0), axis=1)
+        pooled = jnp.take_along_axis(layers[-1], last[:, None, None], axis=1)[:, 0]
+        return {"sequence": layers[-1], "pooled": pooled, "layers": layers}
+
+
+def task_trunk(cfg: TransformerConfig, name: str) -> TaskTrunk:
+    return TaskTrunk(cfg, name=name)
+
+
 def trunk(params: dict) -> dict:
     return params["decoder"]
 
@@ -55,4 +80,4 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
     return flops.TRAIN * (flops.stack(cfg, length, nominal=nominal) + flops.lm_head(cfg, transform=False))
 
 
-FAMILY = Family(Model, trunk, flops_per_token)
+FAMILY = Family(Model, trunk, flops_per_token, task_trunk=task_trunk)

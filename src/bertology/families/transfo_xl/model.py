@@ -116,5 +116,7 @@ def flops_per_token(config_: ml_collections.ConfigDict, nominal: bool = False) -
     return flops.TRAIN * (flops.relative_stack(cfg, length, xl.mem_len) + flops.lm_head(cfg, transform=False))
 
 
+# No fine-tuning trunk yet (task_modes empty): a head would read the last real token through the
+# memory-less stack, as GPT's does; until then fine-tuning and features refuse its runs in one line.
 FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, build=build,
-                initial_carry=initial_carry)
+                initial_carry=initial_carry, task_modes=())
