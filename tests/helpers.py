@@ -166,6 +166,21 @@ def assert_teacher_frozen_while_the_student_trains(config, batch, teacher, expec
 # --- run directories (was in test_generation.py) -----------------------------------------------------
 
 
+def max_diff(a: dict, b: dict, mask: np.ndarray | None = None) -> dict[str, float]:
+    """The largest absolute difference of each output of two models (dicts of arrays, same keys):
+    at the real tokens (`mask` > 0) for outputs whose leading axes are the mask's [batch, length],
+    everywhere for the others (pooled vectors, per-row logits) and wherever no mask is given. The
+    parity tests compare at real tokens because what a padded position holds is each library's
+    own choice (Hugging Face zeroes some, leaves others), and no real token reads it."""
+    assert a.keys() == b.keys(), (sorted(a), sorted(b))
+
+    def diff(key: str) -> float:
+        d = np.abs(np.asarray(a[key]) - np.asarray(b[key]))
+        return float((d[mask > 0] if mask is not None and d.shape[:2] == mask.shape else d).max())
+
+    return {k: diff(k) for k in a}
+
+
 def write_run(workdir: pathlib.Path, config: ml_collections.ConfigDict, params) -> pathlib.Path:
     """A run directory as pretraining leaves it: config.json and a step-0 checkpoint."""
     write_config(config, epath.Path(workdir))

@@ -84,14 +84,6 @@ def our_outputs(params, cfg, batch):
     return {k: np.asarray(v) for k, v in run(params, batch).items()}
 
 
-def max_diff(a, b, mask=None):
-    """Max abs difference per output: at every position (HF zeroes a padded query's attention
-    output, and so do we), or at the real tokens only given `mask`."""
-    assert a.keys() == b.keys(), (sorted(a), sorted(b))
-    keep = np.ones(next(iter(a.values())).shape[:2], bool) if mask is None else mask.astype(bool)
-    return {k: float(np.abs((a[k] - b[k])[keep]).max()) for k in a}
-
-
 # --- import matches transformers; export reloads in transformers ---------------------------------------
 
 def test_import_matches_transformers_and_round_trips(tmp_path, monkeypatch):
@@ -115,7 +107,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path, monkeypatch):
     batch = make_batch(64, (64, 50, 33))
     assert not block_sparse.too_short(64, 4, 2)
     reference = hf_outputs(hf, batch)
-    diffs = max_diff(our_outputs(params, cfg, batch), reference)
+    diffs = helpers.max_diff(our_outputs(params, cfg, batch), reference)
     print(f"\nbigbird block-sparse max abs diff vs transformers: {max(diffs.values()):.2e} ({len(diffs)} outputs; "
           f"mlm {diffs['mlm']:.2e}; logits scale {np.abs(reference['mlm']).max():.1f})")
     assert len(diffs) == SMALL["num_hidden_layers"] + 2
@@ -127,13 +119,13 @@ def test_import_matches_transformers_and_round_trips(tmp_path, monkeypatch):
     drawn = block_sparse.draw_random_blocks(jax.random.key(3), 4, 16, 2)
     with monkeypatch.context() as patch:
         patch.setattr(block_sparse, "eval_random_blocks", lambda heads, n, r: drawn)
-        legal = max_diff(our_outputs(params, cfg, batch), reference, batch["input_mask"])
+        legal = helpers.max_diff(our_outputs(params, cfg, batch), reference, batch["input_mask"])
     print(f"the same tensors, drawn random blocks: mlm {legal['mlm']:.2e}")
     assert legal["mlm"] > 100 * TOLERANCE, legal
 
     # A length the block does not divide: HF pads inside (and cuts the sequence output back)
     odd = make_batch(62, (62, 45), seed=1)
-    odd_diffs = max_diff(our_outputs(params, cfg, odd), hf_outputs(hf, odd))
+    odd_diffs = helpers.max_diff(our_outputs(params, cfg, odd), hf_outputs(hf, odd))
     print(f"bigbird 62 tokens (padded to 64 inside) max abs diff: {max(odd_diffs.values()):.2e}")
     assert max(odd_diffs.values()) <= TOLERANCE, odd_diffs
 
@@ -143,13 +135,13 @@ def test_import_matches_transformers_and_round_trips(tmp_path, monkeypatch):
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     shape = {k: v for k, v in SMALL.items() if k != "pad_token_id"}
     assert {k: getattr(reloaded.config, k) for k in shape} == shape  # the shape and pattern, as exported
-    round_trip = max_diff(hf_outputs(reloaded.eval(), batch), reference)
+    round_trip = helpers.max_diff(hf_outputs(reloaded.eval(), batch), reference)
     print(f"bigbird round trip max abs diff: {max(round_trip.values()):.2e}")
     assert max(round_trip.values()) <= 1e-6, round_trip
 
     # Too short for the pattern (32 <= 36 tokens): HF switches the model to full attention, and so do we.
     short = make_batch(32, (32, 20), seed=2)
-    short_diffs = max_diff(our_outputs(params, cfg, short), hf_outputs(hf, short), short["input_mask"])
+    short_diffs = helpers.max_diff(our_outputs(params, cfg, short), hf_outputs(hf, short), short["input_mask"])
     print(f"bigbird 32 tokens (full attention) max abs diff: {max(short_diffs.values()):.2e}")
     assert hf.bert.attention_type == "original_full"  # HF's switch (it sticks to the model)
     assert max(short_diffs.values()) <= TOLERANCE, short_diffs
@@ -162,8 +154,8 @@ def test_original_full_imports_as_dense_attention(tmp_path):
     params, run_config = load_params(tmp_path / "run")
     assert run_config["model"]["sparse_block_size"] is None
     batch = make_batch(48, (48, 30), seed=4)
-    diffs = max_diff(our_outputs(params, models.encoder_config(run_config["model"]), batch), hf_outputs(hf, batch),
-                     batch["input_mask"])
+    diffs = helpers.max_diff(our_outputs(params, models.encoder_config(run_config["model"]), batch), hf_outputs(hf, batch),
+                             batch["input_mask"])
     print(f"\nbigbird original_full max abs diff: {max(diffs.values()):.2e}")
     assert max(diffs.values()) <= TOLERANCE, diffs
     exported = export_hf(tmp_path / "run", tmp_path / "export")

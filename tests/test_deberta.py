@@ -76,14 +76,6 @@ def our_outputs(params, block, batch, cfg=None):
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def max_diff(a, b, mask):
-    """Max abs difference per output, at real tokens only (HF zeroes the padding's embeddings and
-    lets padding queries attend nowhere; no real token reads either)."""
-    assert a.keys() == b.keys(), (sorted(a), sorted(b))
-    real = mask.astype(bool)
-    return {k: float(np.abs((a[k] - b[k])[real]).max()) for k in a}
-
-
 # --- import matches transformers; export reloads in transformers ---------------------------------------
 
 def test_import_matches_transformers_and_round_trips(tmp_path):
@@ -105,7 +97,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     assert params["encoder"]["relative_embeddings"]["embedding"].shape == (16, 32)  # 2 · buckets rows
 
     reference = hf_outputs(hf, batch)
-    diffs = max_diff(our_outputs(params, block, batch), reference, batch["input_mask"])
+    diffs = helpers.max_diff(our_outputs(params, block, batch), reference, batch["input_mask"])
     print(f"\ndeberta max abs diff vs transformers: {max(diffs.values()):.2e} ({len(diffs)} outputs; "
           f"mlm {diffs['mlm']:.2e}; logits scale {np.abs(reference['mlm']).max():.1f})")
     assert len(diffs) == SMALL["num_hidden_layers"] + 2  # embeddings, each layer, MLM
@@ -114,7 +106,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     # The test can tell the relative settings apart: the same tensors with the log buckets reaching
     # 64 instead of 32 (distances 5..19 fall in other buckets) are off, far beyond the parity seen.
     wrong_cfg = dataclasses.replace(models.encoder_config(block), max_relative_positions=64)
-    wrong = max_diff(our_outputs(params, block, batch, cfg=wrong_cfg), reference, batch["input_mask"])
+    wrong = helpers.max_diff(our_outputs(params, block, batch, cfg=wrong_cfg), reference, batch["input_mask"])
     print(f"the same tensors, buckets reaching 64: mlm {wrong['mlm']:.2e}")
     assert wrong["mlm"] > max(TOLERANCE, 100 * max(diffs.values())), wrong
 
@@ -123,7 +115,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     reloaded, info = transformers.DebertaV2ForMaskedLM.from_pretrained(exported[0], output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     assert {k: getattr(reloaded.config, k) for k in SMALL} == SMALL  # the shape and the v3 setting, as exported
-    round_trip = max_diff(hf_outputs(reloaded.eval(), batch), reference, batch["input_mask"])
+    round_trip = helpers.max_diff(hf_outputs(reloaded.eval(), batch), reference, batch["input_mask"])
     print(f"deberta round trip max abs diff: {max(round_trip.values()):.2e}")
     assert max(round_trip.values()) <= 1e-6, round_trip
 

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from flax.traverse_util import flatten_dict  # noqa: E402
-from helpers import REPO  # noqa: E402
+from helpers import REPO, max_diff  # noqa: E402
 
 from bertology import models  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
@@ -109,13 +109,6 @@ def our_outputs(family: str, params: dict, model_config: dict, batch: dict) -> d
         out["mlm"] = res["mlm_logits"]
         out.update({k[:-7]: v for k, v in res.items() if k in ("nsp_logits", "sop_logits")})
     return {k: np.asarray(v) for k, v in out.items()}
-
-
-def max_diff(a: dict, b: dict, mask: np.ndarray) -> dict:
-    """Max abs difference per output, at real tokens only for per-token outputs."""
-    assert a.keys() == b.keys(), (sorted(a), sorted(b))
-    real = mask.astype(bool)
-    return {k: float(np.abs((a[k] - b[k])[real] if a[k].shape[:2] == (B, L) else a[k] - b[k]).max()) for k in a}
 
 
 def _save(hf_models: dict, root) -> dict:

@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 import jax.numpy as jnp  # noqa: E402
 from flax.traverse_util import flatten_dict, unflatten_dict  # noqa: E402
+from helpers import max_diff  # noqa: E402
 
 from bertology import models  # noqa: E402
 from bertology.data.embedded import BYTE_BPE_VOCAB  # noqa: E402
@@ -82,11 +83,6 @@ def our_outputs(params: dict, block: dict, batch: dict) -> dict:
     layers = Decoder(models.encoder_config(block)).apply({"params": trunk}, batch)["layers"]
     logits = model.apply({"params": params}, batch)["logits"]
     return {"logits": np.asarray(logits), **{f"hidden_{i}": np.asarray(h) for i, h in enumerate(layers)}}
-
-
-def max_diff(a: dict, b: dict, mask: np.ndarray) -> dict:
-    assert a.keys() == b.keys(), (sorted(a), sorted(b))
-    return {k: float(np.abs(a[k] - b[k])[mask > 0].max()) for k in a}
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)

@@ -98,13 +98,6 @@ def our_outputs(params, block, batch, cfg=None):
     return {k: np.asarray(v) for k, v in {**{f"hidden_{i}": h for i, h in enumerate(layers)}, "mlm": logits}.items()}
 
 
-def max_diff(a, b, mask):
-    """Max abs difference per output, at real tokens only."""
-    assert a.keys() == b.keys(), (sorted(a), sorted(b))
-    real = mask.astype(bool)
-    return {k: float(np.abs((a[k] - b[k])[real]).max()) for k in a}
-
-
 # --- import matches transformers; export reloads in transformers ---------------------------------------
 
 def test_import_matches_transformers_and_round_trips(tmp_path):
@@ -123,7 +116,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     for with_globals in (False, True):
         batch = make_batch(with_globals)
         reference = hf_outputs(hf, batch)
-        diffs = max_diff(our_outputs(params, block, batch), reference, batch["input_mask"])
+        diffs = helpers.max_diff(our_outputs(params, block, batch), reference, batch["input_mask"])
         print(f"\nlongformer max abs diff vs transformers ({'with' if with_globals else 'no'} globals): "
               f"{max(diffs.values()):.2e} ({len(diffs)} outputs; mlm {diffs['mlm']:.2e}; "
               f"logits scale {np.abs(reference['mlm']).max():.1f})")
@@ -144,8 +137,8 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
             ("window one wider", dataclasses.replace(cfg, attention_window=(10, 6)), params, batch),
             ("no global tokens", cfg, params, no_globals),
             ("local projections for the global ones", cfg, local_for_global, batch)):
-        wrong = max_diff(our_outputs(wrong_params, block, wrong_batch, cfg=wrong_cfg), reference,
-                         batch["input_mask"])
+        wrong = helpers.max_diff(our_outputs(wrong_params, block, wrong_batch, cfg=wrong_cfg), reference,
+                                 batch["input_mask"])
         print(f"the same tensors, {name}: {max(wrong.values()):.2e}")
         assert max(wrong.values()) > 100 * TOLERANCE, (name, wrong)
 
@@ -154,7 +147,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     reloaded, info = transformers.LongformerForMaskedLM.from_pretrained(exported[0], output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     assert reloaded.config.attention_window == [8, 4]
-    round_trip = max_diff(hf_outputs(reloaded.eval(), batch), reference, batch["input_mask"])
+    round_trip = helpers.max_diff(hf_outputs(reloaded.eval(), batch), reference, batch["input_mask"])
     print(f"longformer round trip max abs diff: {max(round_trip.values()):.2e}")
     assert max(round_trip.values()) <= 1e-6, round_trip
 
@@ -418,7 +411,7 @@ def test_fine_tuning_rows_get_hf_task_models_global_attention(tmp_path):
                            attention_mask=torch.tensor(rows["input_mask"], dtype=torch.long), output_hidden_states=True)
         reference = {f"hidden_{i}": h.numpy() for i, h in enumerate(o.hidden_states)}
         ours = {k: v for k, v in our_outputs(params, block, batch).items() if k != "mlm"}
-        diffs = max_diff(ours, reference, rows["input_mask"])
+        diffs = helpers.max_diff(ours, reference, rows["input_mask"])
         assert max(diffs.values()) <= TOLERANCE, (kind, diffs)
     assert "global_attention_mask" not in family.task_inputs(cfg, tokenizer, _task_rows("token"), "token")
     given = {**_task_rows("qa"), "global_attention_mask": np.ones((B, L), np.int32)}

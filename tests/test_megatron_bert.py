@@ -78,13 +78,6 @@ def our_outputs(params, block, batch, cfg=None):
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def max_diff(a, b, mask):
-    """Max abs difference per output, at real tokens only for per-token outputs."""
-    assert a.keys() == b.keys(), (sorted(a), sorted(b))
-    real = mask.astype(bool)
-    return {k: float(np.abs((a[k] - b[k])[real] if a[k].shape[:2] == (B, L) else a[k] - b[k]).max()) for k in a}
-
-
 # --- (a) import matches transformers, (b) export reloads in transformers ----------------------------
 
 def test_import_matches_transformers_and_round_trips(tmp_path):
@@ -102,7 +95,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     assert {r.ours for r in rows} == set(flatten_dict(params)), "every parameter has a row in the name map"
 
     reference = hf_outputs(hf, batch)
-    diffs = max_diff(our_outputs(params, block, batch), reference, batch["input_mask"])
+    diffs = helpers.max_diff(our_outputs(params, block, batch), reference, batch["input_mask"])
     print(f"\nmegatron-bert max abs diff vs transformers: {max(diffs.values()):.2e} ({len(diffs)} outputs; "
           f"mlm {diffs['mlm']:.2e}, nsp {diffs['nsp']:.2e})")
     assert len(diffs) == SMALL["num_hidden_layers"] + 3  # embeddings, each layer (the last after the final norm), 2 heads
@@ -110,7 +103,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
 
     # The test can tell the architectures apart: BERT's post-LN on the same tensors is far off.
     post = dataclasses.replace(models.encoder_config(block), norm="post")
-    wrong = max_diff(our_outputs(params, block, batch, cfg=post), reference, batch["input_mask"])
+    wrong = helpers.max_diff(our_outputs(params, block, batch, cfg=post), reference, batch["input_mask"])
     print(f"the same tensors under BERT's post-LN: mlm {wrong['mlm']:.2e}, nsp {wrong['nsp']:.2e}")
     assert min(wrong["mlm"], wrong["nsp"]) > 100 * TOLERANCE, wrong
 
@@ -119,7 +112,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     reloaded, info = transformers.MegatronBertForPreTraining.from_pretrained(exported[0], output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     assert reloaded.config.to_dict() | SMALL == reloaded.config.to_dict()  # the shape, as exported
-    round_trip = max_diff(hf_outputs(reloaded.eval(), batch), reference, batch["input_mask"])
+    round_trip = helpers.max_diff(hf_outputs(reloaded.eval(), batch), reference, batch["input_mask"])
     print(f"megatron-bert round trip max abs diff: {max(round_trip.values()):.2e}")
     assert max(round_trip.values()) <= 1e-6, round_trip
 

@@ -85,13 +85,6 @@ def our_outputs(params, block, batch, cfg=None):
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def max_diff(a, b, mask):
-    """Max abs difference per output, at real tokens only."""
-    assert a.keys() == b.keys(), (sorted(a), sorted(b))
-    real = mask.astype(bool)
-    return {k: float(np.abs((a[k] - b[k])[real]).max()) for k in a}
-
-
 # --- import matches transformers; export reloads in transformers ---------------------------------------
 
 def test_import_matches_transformers_and_round_trips(tmp_path):
@@ -117,7 +110,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     assert not any(k[-1] == "bias" for k in flat if k[:2] != ("mlm", "bias")), "no biases but the decoder's"
 
     reference = hf_outputs(hf, batch)
-    diffs = max_diff(our_outputs(params, block, batch), reference, batch["input_mask"])
+    diffs = helpers.max_diff(our_outputs(params, block, batch), reference, batch["input_mask"])
     print(f"\nmodernbert max abs diff vs transformers: {max(diffs.values()):.2e} ({len(diffs)} outputs; "
           f"mlm {diffs['mlm']:.2e}; logits scale {np.abs(reference['mlm']).max():.1f})")
     assert len(diffs) == SMALL["num_hidden_layers"] + 2  # embeddings, each layer (the last after the final norm), MLM
@@ -137,12 +130,12 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
             ("window one wider", dataclasses.replace(cfg, local_attention=10), params, 100),
             ("gate and input swapped", cfg, swapped, 100),
             ("one rope base", dataclasses.replace(cfg, local_rope_theta=None), params, 10)):
-        wrong = max_diff(our_outputs(wrong_params, block, batch, cfg=wrong_cfg), reference, batch["input_mask"])
+        wrong = helpers.max_diff(our_outputs(wrong_params, block, batch, cfg=wrong_cfg), reference, batch["input_mask"])
         print(f"the same tensors, {name}: mlm {wrong['mlm']:.2e}")
         assert wrong["mlm"] > margin * TOLERANCE, (name, wrong)
     # The erf GELU (HF's ACT2FN["gelu"]), not its tanh approximation: close, yet far beyond the parity seen.
-    tanh = max_diff(our_outputs(params, block, batch, cfg=dataclasses.replace(cfg, activation="gated_gelu")),
-                    reference, batch["input_mask"])
+    tanh = helpers.max_diff(our_outputs(params, block, batch, cfg=dataclasses.replace(cfg, activation="gated_gelu")),
+                            reference, batch["input_mask"])
     print(f"the same tensors, tanh-GELU: mlm {tanh['mlm']:.2e}")
     assert max(tanh.values()) > 20 * max(diffs.values()), (tanh, diffs)
 
@@ -153,7 +146,7 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     shape = {k: v for k, v in SMALL.items() if k != "reference_compile" and not k.endswith("_token_id")}
     assert {k: getattr(reloaded.config, k) for k in shape} == shape  # the shape, as exported
-    round_trip = max_diff(hf_outputs(reloaded.eval(), batch), reference, batch["input_mask"])
+    round_trip = helpers.max_diff(hf_outputs(reloaded.eval(), batch), reference, batch["input_mask"])
     print(f"modernbert round trip max abs diff: {max(round_trip.values()):.2e}")
     assert max(round_trip.values()) <= 1e-6, round_trip
 
