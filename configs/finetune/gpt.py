@@ -13,26 +13,20 @@ decay 0.01, clipping at 1. On the embedded task the small-model rate, as the oth
 With init_checkpoint the checkpoint brings its model; without, `model` is configs/gpt.py:tiny's.
 """
 
-import importlib.util
 import pathlib
 
+from bertology.sweep import load_config
 from bertology.train.finetune import default_config
+
+PRETRAINING = pathlib.Path(__file__).resolve().parent.parent / "gpt.py"
 
 # The presets get_config takes; tests run each through validation.
 PRESETS = ("embedded", "sst2")
 
 
-def pretraining_config(preset: str):
-    """configs/gpt.py's config: the fine-tuning model is its network."""
-    spec = importlib.util.spec_from_file_location("gpt_config", pathlib.Path(__file__).parent.parent / "gpt.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(preset)
-
-
 def get_config(task: str = "embedded"):
     c = default_config(task)
-    c.model = pretraining_config("tiny").model
+    c.model = load_config(PRETRAINING, "tiny").model  # configs/gpt.py's network
     c.lm_weight = 0.5
     if task == "embedded":
         c.epochs, c.data.max_seq_length, c.optimizer.learning_rate = 5, 64, 1e-3

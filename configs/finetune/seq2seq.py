@@ -20,12 +20,12 @@ loss on `data.target_mask_prob` = 0.7 of the target tokens (unilm-v1's `--mask_p
 smoothing.
 """
 
-import importlib.util
 import pathlib
 
 import ml_collections
 
 from bertology.errors import UserError
+from bertology.sweep import load_config
 from bertology.train.finetune import default_config
 
 TASKS = {"embedded": "seq2seq_embedded", "jsonl": "seq2seq_jsonl", "cnndm": "cnndm", "xsum": "xsum"}
@@ -39,14 +39,6 @@ SHAPES = {"embedded": (128, 48, 1, 1.0), "jsonl": (128, 64, 4, 1.0), "cnndm": (5
 PRESETS = tuple(task + (f"_{family}" if family != "bart" else "") for task in TASKS for family in FAMILIES)
 
 
-def _pretraining_config(family: str) -> ml_collections.ConfigDict:
-    path = pathlib.Path(__file__).resolve().parent.parent / f"{family}.py"
-    spec = importlib.util.spec_from_file_location(f"_{family}_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config("tiny")
-
-
 def get_config(arg: str = "embedded") -> ml_collections.ConfigDict:
     task, _, family = arg.partition("_")
     family = family or "bart"
@@ -54,7 +46,7 @@ def get_config(arg: str = "embedded") -> ml_collections.ConfigDict:
         raise UserError(f"unknown preset {arg!r}; use <task>[_<family>] with task one of {', '.join(TASKS)} and "
                         f"family one of {', '.join(FAMILIES)}")
     source, target, beams, penalty = SHAPES[task]
-    pre = _pretraining_config(family)
+    pre = load_config(pathlib.Path(__file__).resolve().parent.parent / f"{family}.py", "tiny")
     c = default_config(TASKS[task])
     c.model = pre.model
     c.data.vocab = pre.data.vocab

@@ -13,27 +13,21 @@ The rate is the small-model one on the embedded task (as configs/finetune/embedd
 XLNet paper's GLUE/SQuAD rate of 2e-5 (base) with BERT's schedule.
 """
 
-import importlib.util
 import pathlib
 
+from bertology.sweep import load_config
 from bertology.train.finetune import default_config
+
+PRETRAINING = pathlib.Path(__file__).resolve().parent.parent / "xlnet.py"
 
 # The presets get_config takes; tests run each through validation.
 PRESETS = ("embedded", "sst2")
 
 
-def pretraining_config(preset: str):
-    """configs/xlnet.py's config: the fine-tuning model is its network."""
-    spec = importlib.util.spec_from_file_location("xlnet_config", pathlib.Path(__file__).parent.parent / "xlnet.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(preset)
-
-
 def get_config(task: str = "embedded"):
     c = default_config(task)
     c.data.cls_position, c.data.padding_side = "last", "left"
-    c.model = pretraining_config("tiny").model
+    c.model = load_config(PRETRAINING, "tiny").model  # configs/xlnet.py's network
     if task == "embedded":
         c.epochs, c.data.max_seq_length, c.optimizer.learning_rate = 5, 64, 1e-3
     else:
