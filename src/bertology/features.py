@@ -42,11 +42,11 @@ def extract(
     """{'tokens', 'sentence', 'input_ids', 'input_mask'} for `texts` under the checkpoint's encoder."""
     import flax.linen as nn
     import jax
-    import jax.numpy as jnp
 
     from bertology import models
     from bertology.data.tokenizers import for_data
     from bertology.models import tasks
+    from bertology.models.transformer import last_real
     from bertology.tasks.encode import encode_pair, stack
     from bertology.train.checkpoint import load_params
     from bertology.train.finetune import merge_pretrained
@@ -80,8 +80,7 @@ def extract(
         tokens = sum(out[i] for i in layers) / len(layers)
         tokens = tokens * batch["input_mask"][..., None]
         if causal:
-            last = jnp.max(jnp.where(batch["input_mask"] > 0, jnp.arange(tokens.shape[1]), 0), axis=1)
-            return tokens, jnp.take_along_axis(tokens, last[:, None, None], axis=1)[:, 0]
+            return tokens, last_real(tokens, batch["input_mask"])
         return tokens, tasks.masked_mean(tokens, batch["input_mask"])
 
     tokens, sentence = [], []

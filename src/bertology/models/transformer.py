@@ -294,6 +294,13 @@ def gather_positions(sequence: Array, positions: Array) -> Array:
     return jnp.take_along_axis(sequence, positions[..., None], axis=1)
 
 
+def last_real(sequence: Array, mask: Array) -> Array:
+    """[batch, length, d] at each row's last position `mask` marks, whichever side the padding is
+    on -> [batch, d]: what a causal trunk's summary reads (only that token has read the whole row)."""
+    last = jnp.max(jnp.where(mask > 0, jnp.arange(mask.shape[1]), 0), axis=1)
+    return gather_positions(sequence, last[:, None])[:, 0]
+
+
 @flax.struct.dataclass
 class Mask:
     """Who may attend to whom, built from the batch; every kind is a restriction of the one before.

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from bertology.models import Family, encoder_config, flops
-from bertology.models.transformer import Decoder, Stack, TransformerConfig
+from bertology.models.transformer import Decoder, Stack, TransformerConfig, last_real
 
 
 class Model(nn.Module):
@@ -52,17 +52,14 @@ class Model(nn.Module):
 
 class TaskTrunk(Stack):
     """The fine-tuning trunk (`task_trunk`): the decoder's stack run causally, `pooled` at each
-    row's last real token (the last position its `input_mask` marks, whichever side the padding
-    is on); its parameters are the pretraining run's decoder (`trunk`)."""
+    row's last real token (`transformer.last_real`); its parameters are the pretraining run's
+    decoder (`trunk`)."""
 
     causal: bool = True
 
     def __call__(self, batch: dict[str, jax.Array], *, deterministic: bool = True) -> dict[str, Any]:
         layers = self.run(batch, deterministic)
-        mask = batch["input_mask"]
-        last = jnp.max(jnp.where(mask > 0, jnp.arange(mask.shape[1]), 0), axis=1)
-        pooled = jnp.take_along_axis(layers[-1], last[:, None, None], axis=1)[:, 0]
-        return {"sequence": layers[-1], "pooled": pooled, "layers": layers}
+        return {"sequence": layers[-1], "pooled": last_real(layers[-1], batch["input_mask"]), "layers": layers}
 
 
 def task_trunk(cfg: TransformerConfig, name: str) -> TaskTrunk:
