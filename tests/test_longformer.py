@@ -283,8 +283,8 @@ def test_a_longified_roberta_computes_what_the_roberta_did(tmp_path):
     roberta = models.build(rc.model)
     params = jax.tree.map(np.asarray, nn.meta.unbox(jax.jit(roberta.init)(jax.random.key(0), batch)["params"]))
     write_run(tmp_path / "roberta", rc.model.to_dict(), params)
-    longify.main(["--from", str(tmp_path / "roberta"), "--to", str(tmp_path / "long"), "--positions", "64",
-                  "--window", "32"])
+    assert longify.main(["--from", str(tmp_path / "roberta"), "--to", str(tmp_path / "long"), "--positions", "64",
+                         "--window", "32"]) == 0
     long_params, long_config = load_params(tmp_path / "long")
     block = long_config["model"]
     assert (block["family"], block["max_position_embeddings"], block["attention_window"]) == ("longformer", 66, [32])

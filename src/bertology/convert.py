@@ -7,11 +7,11 @@ Model types: bert, roberta, albert, electra (our families of the same names), gp
 openai-gpt (our `gpt` family: pre-LN exports as gpt2, post-LN as openai-gpt); the list is
 `bertology.interop.records.registry()`.
 
-Import writes a run directory (config.json, step-0 checkpoint, tokenizer files) that fine-tuning,
-feature extraction, generation and export read like a pretraining run; ELECTRA takes its
-discriminator as --in and, optionally, its generator as --generator. Export writes
-model.safetensors, config.json and the tokenizer files (ELECTRA: HF_DIR/discriminator and
-HF_DIR/generator). `--vocab_multiple N` pads the imported token table to a multiple of N rows
+Import writes a new run directory (config.json, step-0 checkpoint, tokenizer files; built under a
+temporary name and renamed into place) that fine-tuning, feature extraction, generation and
+export read like a pretraining run; ELECTRA takes its discriminator as --in and, optionally, its
+generator as --generator. Export writes model.safetensors, config.json (last) and the tokenizer
+files (ELECTRA: HF_DIR/discriminator and HF_DIR/generator). `--vocab_multiple N` pads the imported token table to a multiple of N rows
 (`model.vocab_multiple`); export always writes the real rows only. Errors are one line.
 """
 
@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--in", dest="inp", metavar="DIR", required=True,
                    help="HF model directory (import) or run directory (export)")
     p.add_argument("--out", metavar="DIR", required=True,
-                   help="run directory to create (import) or HF directory (export)")
+                   help="run directory to create, new or empty (import), or HF directory (export)")
     p.add_argument("--generator", metavar="DIR", help="ELECTRA import: the generator's HF directory")
     p.add_argument("--step", type=int, help="export: the checkpoint step (default: the latest)")
     p.add_argument("--vocab_multiple", type=int, default=1,

@@ -29,6 +29,7 @@ import numpy as np
 from absl import flags
 
 from bertology.errors import UserError
+from bertology.files import atomic_file
 
 
 def extract(
@@ -124,8 +125,10 @@ def main(argv: list[str]) -> int:
     except (UserError, flags.Error) as e:
         print(f"bertology.features: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    np.savez(fv.out, **out)
-    print(f"wrote {fv.out}: {len(texts)} sentences, sentence vectors {out['sentence'].shape}, tokens {out['tokens'].shape}")
+    path = fv.out if fv.out.endswith(".npz") else fv.out + ".npz"  # the name np.savez would give
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **out)
+    print(f"wrote {path}: {len(texts)} sentences, sentence vectors {out['sentence'].shape}, tokens {out['tokens'].shape}")
     return 0
 
 

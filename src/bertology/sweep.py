@@ -46,6 +46,7 @@ from absl import flags
 
 from bertology import cli, models, validation
 from bertology.errors import UserError
+from bertology.files import atomic_file, atomic_write
 
 TARGETS = ("classification", "seq2seq")
 # target: (score keys in the fine-tuning results, their table headers); the last is plotted. Perplexity is
@@ -231,7 +232,7 @@ def sweep(c: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> list[dic
             train(pc, workdir / "pretrain" / tag)
         rows.append({**run, **_finetune(c, pc.model.family, str(workdir / "pretrain" / tag),
                                         workdir / "finetune" / tag)})
-        (workdir / "sweep.json").write_text(json.dumps(rows, indent=2))
+        atomic_write(workdir / "sweep.json", json.dumps(rows, indent=2))
     write_report(rows, list(c.finetune), c.reference, workdir)
     return rows
 
@@ -251,7 +252,7 @@ def write_report(rows: list[dict], targets: list[str], reference: str, workdir: 
         steps = f"{r['init_steps']} + {r['steps']}" if r.get("init_steps") else str(r["steps"])
         scores = " | ".join("—" if math.isnan(r[k]) else f"{r[k]:.2f}" for k in keys)
         lines.append(f"| {r['variant']} | {r['budget']:g} | {steps} | {r['flops']:.2e} | {scores} |")
-    (workdir / "table.md").write_text("\n".join(lines) + "\n")
+    atomic_write(workdir / "table.md", "\n".join(lines) + "\n")
     fig, axes = plt.subplots(1, len(targets), figsize=(6 * len(targets), 4), squeeze=False)
     for ax, target in zip(axes[0], targets):
         key, label = SCORES[target][0][-1], SCORES[target][1][-1]  # accuracy; ROUGE-L
@@ -265,7 +266,9 @@ def write_report(rows: list[dict], targets: list[str], reference: str, workdir: 
         ax.set_ylabel(f"{label} (%)")
         ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(workdir / "score_vs_flops.png", dpi=120)
+    with atomic_file(workdir / "score_vs_flops.png") as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
 
 
 def _define(fv: flags.FlagValues) -> None:

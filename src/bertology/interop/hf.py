@@ -29,6 +29,7 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 from bertology import models
 from bertology.data.tokenizers import Tokenizer, load_tokenizer, tokenizer_files
 from bertology.errors import UserError
+from bertology.files import atomic_copy, atomic_file, atomic_write, new_directory
 from bertology.interop import hf_config, names, records
 from bertology.train.checkpoint import Checkpointer, load_params, read_json
 
@@ -173,8 +174,7 @@ def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
     generator in `generator_dir`) as a bertology run directory `workdir`. `vocab_multiple` > 1
     pads the token table and every [vocab] tensor with zero rows (`model.vocab_multiple`)."""
     hf_dir, workdir = pathlib.Path(hf_dir), pathlib.Path(workdir)
-    if (workdir / "checkpoints").exists():
-        raise UserError(f"{workdir} already holds checkpoints; pass a new --out directory")
+    _check_new_run(workdir)
     main_json = read_json(hf_dir / "config.json", HF_DIR)
     record = records.by_type(main_json.get("model_type"), str(hf_dir / "config.json"))
     extra = {"generator": generator_dir} if generator_dir else {}
@@ -220,24 +220,32 @@ def _tokenizer_files(directory: pathlib.Path, record: records.HFModel) -> list[p
     return []
 
 
+def _check_new_run(workdir: pathlib.Path) -> None:
+    if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
+        raise UserError(f"{workdir} already exists and is not empty; pass a new directory")
+
+
 def write_run(workdir: str | pathlib.Path, block: dict[str, Any], params: dict, vocab_files: Sequence[pathlib.Path] = (),
               imported_from: dict[str, str] | None = None) -> pathlib.Path | None:
     """A run directory as pretraining writes it: config.json (`model` block, `data.vocab`), a
     step-0 checkpoint of `params`, and copies of the tokenizer's `vocab_files` (vocab first);
-    returns the copy that `data.vocab` names (None without a tokenizer)."""
+    returns the copy that `data.vocab` names (None without a tokenizer). The directory is built
+    under a temporary name and renamed into place, so a killed import leaves no half-run that the
+    next import would refuse or a fine-tuning would read."""
     workdir = pathlib.Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    for f in vocab_files:
-        shutil.copyfile(f, workdir / f.name)
+    _check_new_run(workdir)
     vocab = workdir / vocab_files[0].name if vocab_files else None
     config = {"model": block, "data": {"vocab": str(vocab.absolute()) if vocab else None}}
     if imported_from:
         config["imported_from"] = imported_from
-    (workdir / "config.json").write_text(json.dumps(config, indent=2))
-    checkpointer = Checkpointer(workdir, keep=1)
-    checkpointer.save(0, {"step": np.zeros((), np.int32), "params": params}, {})
-    checkpointer.wait()
-    checkpointer.close()
+    with new_directory(workdir) as tmp:
+        for f in vocab_files:
+            shutil.copyfile(f, tmp / f.name)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        checkpointer = Checkpointer(tmp, keep=1)
+        checkpointer.save(0, {"step": np.zeros((), np.int32), "params": params}, {})
+        checkpointer.wait()
+        checkpointer.close()
     return vocab
 
 
@@ -254,16 +262,16 @@ def _export_tokenizer(files: list[pathlib.Path], tokenizer: Tokenizer, target: p
     RoBERTa's, whatever the model type)."""
     kind = files[0].suffix
     if kind == ".model":
-        shutil.copyfile(files[0], target / SENTENCEPIECE[0])
+        atomic_copy(files[0], target / SENTENCEPIECE[0])
         return
     if kind == ".txt":
-        shutil.copyfile(files[0], target / WORDPIECE[0])
+        atomic_copy(files[0], target / WORDPIECE[0])
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.basic.do_lower_case}
     else:
         for f, name in zip(files, BYTE_BPE):
-            shutil.copyfile(f, target / name)
+            atomic_copy(f, target / name)
         config = {"tokenizer_class": tokenizer.hf_class}
-    (target / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    atomic_write(target / "tokenizer_config.json", json.dumps(config, indent=2))
 
 
 def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path, step: int | None = None) -> list[pathlib.Path]:
@@ -290,10 +298,15 @@ def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path, step: in
     written = []
     for source in record.sources:
         target = out_dir / source if len(record.sources) > 1 else out_dir
-        target.mkdir(parents=True, exist_ok=True)
-        _safetensors_numpy().save_file(state[source], str(target / "model.safetensors"), metadata={"format": "pt"})
-        (target / "config.json").write_text(json.dumps(hf_configs[source], indent=2))
+        # HF's loaders start from config.json: it goes first and comes back last, so a directory
+        # being rewritten (or left by a killed export) is no checkpoint, never new weights under an
+        # old config. A previous export's files that this one does not write go too.
+        for name in ("config.json", "model.safetensors", "tokenizer_config.json", *WORDPIECE, *SENTENCEPIECE, *BYTE_BPE):
+            (target / name).unlink(missing_ok=True)
+        with atomic_file(target / "model.safetensors") as tmp:
+            _safetensors_numpy().save_file(state[source], str(tmp), metadata={"format": "pt"})
         if tokenizer is not None:
             _export_tokenizer(files, tokenizer, target)
+        atomic_write(target / "config.json", json.dumps(hf_configs[source], indent=2))
         written.append(target)
     return written

@@ -384,7 +384,7 @@ def _compression(params: Any, config: ml_collections.ConfigDict, plan: prune_lib
     out: dict[str, Any] = {"parameters": int(sum(x.size for x in jax.tree.leaves(params)))}
     if config.quantize == "int8":
         int8 = quantize_lib.int8_params(jax.device_get(params))
-        (workdir / "int8_params.msgpack").write_bytes(flax.serialization.msgpack_serialize(int8))
+        atomic_write(workdir / "int8_params.msgpack", flax.serialization.msgpack_serialize(int8))
         out.update(float32_bytes=quantize_lib.nbytes(params), int8_bytes=quantize_lib.nbytes(int8))
     if plan.kind != "none":
         out["sparsity"] = prune_lib.sparsity(params, layer_index)

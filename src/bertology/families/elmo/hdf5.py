@@ -21,6 +21,7 @@ import numpy as np
 
 from bertology.errors import UserError
 from bertology.families.elmo.model import ElmoConfig
+from bertology.files import atomic_file, atomic_write
 
 LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{k}/LSTMCell/{name}"
 LSTM_NAMES = {"kernel": "W_0", "bias": "B", "projection": "W_P_0"}
@@ -77,12 +78,14 @@ def write(directory: str | os.PathLike, cfg: ElmoConfig, params: dict) -> pathli
     import h5py
 
     directory = pathlib.Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "options.json").write_text(json.dumps(options(cfg), indent=2))
-    with h5py.File(directory / "weights.hdf5", "w") as f:
+    # `read` needs both files: options.json goes first and comes back last, so a directory being
+    # rewritten (or left by a killed writer) is refused, never new weights read with old options
+    (directory / "options.json").unlink(missing_ok=True)
+    with atomic_file(directory / "weights.hdf5") as tmp, h5py.File(tmp, "w") as f:
         for (module, param), (name, shape) in names(cfg).items():
             value = np.asarray(params[module][param], np.float32)
             f.create_dataset(name, data=value if shape is None else value.reshape(shape))
+    atomic_write(directory / "options.json", json.dumps(options(cfg), indent=2))
     return directory
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import sys
 from typing import Any
 
 import jax
@@ -53,22 +54,27 @@ def longify(params: dict, block: dict[str, Any], positions: int = 4096, window: 
     return {**params, "encoder": encoder}, new_block
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     from bertology.interop.hf import write_run
     from bertology.train.checkpoint import load_params
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--from", dest="source", required=True, help="a RoBERTa run directory")
-    parser.add_argument("--to", dest="target", required=True, help="the Longformer run directory to write")
+    parser.add_argument("--to", dest="target", required=True, help="the Longformer run directory to write (new)")
     parser.add_argument("--positions", type=int, default=4096, help="positions of the new table (4096)")
     parser.add_argument("--window", type=int, default=512, help="every layer's attention window (512)")
     args = parser.parse_args(argv)
-    params, run_config = load_params(pathlib.Path(args.source))
-    new_params, block = longify(params, run_config["model"], args.positions, args.window)
-    vocab = (run_config.get("data") or {}).get("vocab")
-    write_run(args.target, block, new_params, [pathlib.Path(vocab)] if vocab and pathlib.Path(vocab).exists() else [])
+    try:
+        params, run_config = load_params(pathlib.Path(args.source))
+        new_params, block = longify(params, run_config["model"], args.positions, args.window)
+        vocab = (run_config.get("data") or {}).get("vocab")
+        write_run(args.target, block, new_params, [pathlib.Path(vocab)] if vocab and pathlib.Path(vocab).exists() else [])
+    except UserError as e:
+        print(f"longify: error: {e}", file=sys.stderr)
+        return 2
     print(f"wrote {args.target}: {block['num_layers']} layers, {args.positions} positions, window {args.window}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
