@@ -329,14 +329,24 @@ def test_cli_transduces_sources_with_encoder_decoders_and_unilm(recipe, tmp_path
 def test_cli_bad_input_is_one_line(gpt_run, tmp_path, capsys):
     bert_run = write_run(tmp_path / "bert", ml_collections.ConfigDict(
         {"model": {"family": "bert", "vocab_size": V}, "data": {"vocab": None}}), {"w": np.zeros(2, np.float32)})
+    lstm_run = write_run(tmp_path / "lstm", ml_collections.ConfigDict(  # a causal LM, but without a KV cache
+        {"model": {"family": "lstm", "vocab_size": V}, "data": {"vocab": None}}), {"w": np.zeros(2, np.float32)})
     cases = [
         ([f"--checkpoint={tmp_path / 'nothing'}", "--prompt=a"], "is not a bertology run (no config.json)"),
         ([f"--checkpoint={gpt_run[0]}", "--prompt="], "prompt 0 ('') is empty"),
-        ([f"--checkpoint={bert_run}", "--prompt=a"], "holds a bert model, which is not a decoder"),
+        ([f"--checkpoint={bert_run}", "--prompt=a"], "holds a model of the bert family, which has no incremental decoding"),
+        ([f"--checkpoint={lstm_run}", "--prompt=a"], "holds a model of the lstm family, which has no incremental decoding"),
         ([f"--checkpoint={gpt_run[0]}"], "--checkpoint and one of --prompt (causal LM) or --source"),
         ([f"--checkpoint={gpt_run[0]}", "--prompt=a", "--source=b"], "--checkpoint and one of --prompt"),
         ([f"--checkpoint={gpt_run[0]}", "--source=a"], "continues a prompt; pass --prompt, not --source"),
         ([f"--checkpoint={gpt_run[0]}", "--prompt=a", "--top_p=0"], "0 < top_p <= 1"),
+        ([f"--checkpoint={gpt_run[0]}", "--prompt=a", "--top_p=1.5", "--temperature=1"], "0 < top_p <= 1"),
+        ([f"--checkpoint={gpt_run[0]}", "--prompt=a", "--temperature=-1"], "need temperature >= 0"),
+        ([f"--checkpoint={gpt_run[0]}", "--prompt=a", "--max_new_tokens=0"], "max_new_tokens=0; ask for at least 1"),
+        ([f"--checkpoint={gpt_run[0]}", "--prompt=a", "--num_samples=0"], "--num_samples=0; ask for at least 1"),
+        ([f"--checkpoint={gpt_run[0]}", "--prompt=a", "--num_beams=2", "--temperature=0.5"],
+         "beam search is deterministic"),
+        ([f"--checkpoint={gpt_run[0]}", "--prompt=" + "a " * 200], "exceeds the model's context of"),
     ]
     for args, message in cases:
         assert cli.main(["bertology.generate", *args]) == 2

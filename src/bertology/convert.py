@@ -11,8 +11,9 @@ Import writes a new run directory (config.json, step-0 checkpoint, tokenizer fil
 temporary name and renamed into place) that fine-tuning, feature extraction, generation and
 export read like a pretraining run; ELECTRA takes its discriminator as --in and, optionally, its
 generator as --generator. Export writes model.safetensors, config.json (last) and the tokenizer
-files (ELECTRA: HF_DIR/discriminator and HF_DIR/generator). `--vocab_multiple N` pads the imported token table to a multiple of N rows
-(`model.vocab_multiple`); export always writes the real rows only. Errors are one line.
+files (ELECTRA: HF_DIR/discriminator and HF_DIR/generator). `--vocab_multiple N` pads the
+imported token table to a multiple of N rows (`model.vocab_multiple`); export always writes the
+real rows only. Errors are one line.
 """
 
 from __future__ import annotations

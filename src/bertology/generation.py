@@ -335,11 +335,11 @@ def generate_text(checkpoint_dir: str | pathlib.Path, texts: list[str], *, sourc
     family = config["model"]["family"]
     way = decoding_of(model)
     if way is None:
-        raise UserError(f"{checkpoint_dir} holds a {family} model, which is not a decoder; generate from a causal LM "
-                        "(configs/gpt.py), an encoder-decoder (BART, T5, MASS) or a UniLM run")
+        raise UserError(f"{checkpoint_dir} holds a model of the {family} family, which has no incremental decoding; "
+                        "generate from a GPT (configs/gpt.py), an encoder-decoder (BART, T5, MASS) or a UniLM run")
     transducer = way.transduces
     if transducer != sources:
-        raise UserError(f"{checkpoint_dir} holds a {family} model, which " + (
+        raise UserError(f"{checkpoint_dir} holds a model of the {family} family, which " + (
             "maps a source to a target; pass --source, not --prompt" if transducer else
             "continues a prompt; pass --prompt, not --source"))
     tokenizer = for_data(config["data"])

@@ -292,9 +292,12 @@ def load_params(workdir: str | pathlib.Path, step: int | None = None) -> tuple[A
     directory = workdir.absolute() / "checkpoints"
     handlers = {"state": ocp.PyTreeCheckpointHandler(), "data": ocp.JsonCheckpointHandler()}
     with ocp.CheckpointManager(directory, item_handlers=handlers) as manager:
-        step = manager.latest_step() if step is None else step
-        if step is None:
+        steps = manager.all_steps()
+        if not steps:
             raise UserError(f"{directory} holds no checkpoint; train first or pass another workdir")
+        step = max(steps) if step is None else step
+        if step not in steps:
+            raise UserError(f"{directory} has no checkpoint of step {step}; its steps are {', '.join(map(str, sorted(steps)))}")
         meta = manager.item_metadata(step)["state"]["params"]
         abstract = {"params": jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), meta)}
         restored = manager.restore(

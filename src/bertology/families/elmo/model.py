@@ -254,10 +254,8 @@ class Model(nn.Module):
         layers = [jnp.concatenate([x, x], axis=-1)] + [jnp.concatenate(pair, axis=-1) for pair in zip(fwd, bwd)]
         return fwd[-1], bwd[-1], layers, None
 
-    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True, decode: bool = False) -> dict[str, Any]:
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Any]:
         """{forward_logits, backward_logits} and, stateless, `layers`; stateful, `carry`."""
-        if decode:
-            raise UserError("ELMo has no incremental decoding; call it on whole sequences")
         fwd, bwd, layers, carry = self._run(batch, deterministic)
         logits = [self.softmax(self.dropout(h, deterministic=deterministic)).astype(jnp.float32) for h in (fwd, bwd)]
         out = {"forward_logits": logits[0], "backward_logits": logits[1]}

@@ -155,9 +155,7 @@ class Model(Trunk):
         self.output_bias = self.param("output_bias", nn.initializers.zeros, (self.cfg.vocab_size,))
         self.dropout = nn.Dropout(self.cfg.dropout_rate)
 
-    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True, decode: bool = False) -> dict[str, Any]:
-        if decode:
-            raise UserError("the LSTM baselines have no incremental decoding; call them on whole sequences")
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Any]:
         out = {}
         if self.cfg.kind == "autoencoder":
             ids, at = decoder_after_sentence(batch)
