@@ -2,7 +2,9 @@
 sweep end to end whose table holds the fine-tuning runs' ROUGE."""
 
 import json
+import pathlib
 import re
+import shutil
 
 import ml_collections
 import pytest
@@ -100,3 +102,46 @@ def test_seq2seq_sweep_end_to_end(tmp_path):
         saved = json.loads((tmp_path / "pretrain" / name / "config.json").read_text())
         assert saved["total_steps"] == planned[name[:-3]]
     assert (tmp_path / "score_vs_flops.png").stat().st_size > 0
+
+
+def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """Pretraining is replaced by a stand-in that writes the checkpoint directory `train` would
+    (or fails for one variant), fine-tuning by fixed scores: the sweep's bookkeeping alone."""
+    from bertology.errors import Diverged, Preempted
+    from bertology.train import loop
+
+    c = config(budgets=(1.0,), reference_steps=4)
+    steps = {r["variant"]: r["steps"] for r in sweep.plan(c)}
+    trained, failing = [], {"deshuffle"}
+
+    def fake_train(pc, workdir):
+        name = pathlib.Path(workdir).name
+        trained.append(name)
+        if name.removesuffix("_x1") in failing:
+            raise Diverged("loss was nan at steps 3-7; lower the learning rate")
+        (pathlib.Path(workdir) / "checkpoints" / str(pc.total_steps)).mkdir(parents=True)
+
+    monkeypatch.setattr(loop, "train", fake_train)
+    monkeypatch.setattr(sweep, "_finetune", lambda c, family, init, workdir: dict(
+        perplexity=9.0, rouge1=1.0, rouge2=2.0, rougeL=3.0))
+    with pytest.raises(UserError, match=r"1 of 3 sweep runs failed \(deshuffle x1: Diverged: loss was nan"):
+        sweep.sweep(c, tmp_path)
+    assert trained == ["t5_x1", "deshuffle_x1"]
+    rows = json.loads((tmp_path / "sweep.json").read_text())
+    assert [r.get("failed") for r in rows] == [None, None, "Diverged: loss was nan at steps 3-7; lower the learning rate"]
+    assert rows[1]["rougeL"] == 3.0
+    table = (tmp_path / "table.md").read_text()
+    assert "| deshuffle | 1 | " in table and table.rstrip().endswith("- deshuffle × 1: Diverged: loss was nan at "
+                                                                      "steps 3-7; lower the learning rate")
+    # the rerun retries the failed run only; a run preempted before its last step is trained on
+    failing.clear()
+    trained.clear()
+    shutil.rmtree(tmp_path / "pretrain" / "t5_x1" / "checkpoints" / str(steps["t5"]))
+    (tmp_path / "pretrain" / "t5_x1" / "checkpoints" / "1").mkdir()
+    rows = sweep.sweep(c, tmp_path)
+    assert trained == ["t5_x1", "deshuffle_x1"] and not any("failed" in r for r in rows)
+    assert "Failed runs" not in (tmp_path / "table.md").read_text()
+    # a preemption is not a failed run: it ends the sweep (to be requeued)
+    monkeypatch.setattr(loop, "train", lambda pc, workdir: (_ for _ in ()).throw(Preempted("SIGTERM")))
+    with pytest.raises(Preempted):
+        sweep.sweep(c, tmp_path / "again")

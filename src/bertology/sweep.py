@@ -34,18 +34,20 @@ so an objective with shorter targets buys more steps).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import math
 import pathlib
 import types
+from collections.abc import Callable
 from typing import Any
 
 import ml_collections
 from absl import flags
 
 from bertology import cli, models, validation
-from bertology.errors import UserError
+from bertology.errors import Preempted, UserError
 from bertology.files import atomic_file, atomic_write
 
 TARGETS = ("classification", "seq2seq")
@@ -196,12 +198,23 @@ def _finetune(c: ml_collections.ConfigDict, family: str, init: str | None, workd
     return scores
 
 
-def _has_checkpoint(run: pathlib.Path) -> bool:
-    return (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir())
+def _finished(run: pathlib.Path, steps: int) -> bool:
+    """Whether `run` holds a checkpoint of its last step (a preempted run holds an earlier one)."""
+    saved = [int(p.name) for p in (run / "checkpoints").glob("*") if p.name.isdigit()]
+    return max(saved, default=-1) >= steps
+
+
+def _one_line(e: Exception) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"
 
 
 def sweep(c: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> list[dict]:
+    """Pretrain and fine-tune every run of `plan(c)` under `workdir` (finished runs are skipped);
+    a run that fails is recorded in its row (`failed`: the error's first line) and the sweep goes
+    on; `table.md` lists it, and the sweep then ends with a UserError naming the failed runs."""
     from bertology.train.loop import train
+    from bertology.train.metrics import log
 
     # Every run's config is checked before the first starts: a bad key would otherwise surface
     # only after the runs before it (minutes to hours), leaving a half-written sweep.
@@ -218,22 +231,41 @@ def sweep(c: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> list[dic
         for target in c.finetune:
             validation.check(_target_config(c, target, pc.model.family, None))
     workdir = pathlib.Path(workdir)
-    scratch = _finetune(c, c.get("scratch", "bart"), None, workdir / "finetune" / "scratch")
-    rows = [{"variant": "scratch", "budget": 0.0, "steps": 0, "init_steps": 0, "flops": 0.0, **scratch}]
-    for run in plan(c):
-        v, tag = vs[run["variant"]], f"{run['variant']}_x{run['budget']:g}"
+    keys = [k for t in c.finetune for k in SCORES[t][0]]
+
+    def attempt(tag: str, row: dict, work: Callable[[], dict[str, float]]) -> dict:
+        try:
+            return {**row, **work()}
+        except Preempted:
+            raise
+        except Exception as e:  # one run's failure (divergence, a crash) does not end the others
+            reason = _one_line(e)
+            log(f"sweep run {tag} failed, going on: {reason}")
+            return {**row, **dict.fromkeys(keys, float("nan")), "failed": reason}
+
+    def pretrain_and_finetune(run: dict, v: Variant, tag: str) -> dict[str, float]:
         init = None
         if v.init_from:
             init = workdir / "pretrain" / f"{tag}_init"
-            if not _has_checkpoint(init):
+            if not _finished(init, run["init_steps"]):
                 train(_pretrain_config(c, v.init_from, run["init_steps"]), init)
         pc = _pretrain_config(c, v.config, run["steps"], v.overrides, None if init is None else str(init))
-        if not _has_checkpoint(workdir / "pretrain" / tag):
+        if not _finished(workdir / "pretrain" / tag, run["steps"]):
             train(pc, workdir / "pretrain" / tag)
-        rows.append({**run, **_finetune(c, pc.model.family, str(workdir / "pretrain" / tag),
-                                        workdir / "finetune" / tag)})
+        return _finetune(c, pc.model.family, str(workdir / "pretrain" / tag), workdir / "finetune" / tag)
+
+    scratch = {"variant": "scratch", "budget": 0.0, "steps": 0, "init_steps": 0, "flops": 0.0}
+    rows = [attempt("scratch", scratch, lambda: _finetune(c, c.get("scratch", "bart"), None,
+                                                          workdir / "finetune" / "scratch"))]
+    for run in plan(c):
+        tag = f"{run['variant']}_x{run['budget']:g}"
+        rows.append(attempt(tag, run, functools.partial(pretrain_and_finetune, run, vs[run["variant"]], tag)))
         atomic_write(workdir / "sweep.json", json.dumps(rows, indent=2))
     write_report(rows, list(c.finetune), c.reference, workdir)
+    failed = ["{variant} x{budget:g}: {failed}".format(**r) for r in rows if "failed" in r]
+    if failed:
+        raise UserError(f"{len(failed)} of {len(rows)} sweep runs failed ({'; '.join(failed)}); table.md lists them; "
+                        "rerun the same command to retry them")
     return rows
 
 
@@ -252,6 +284,9 @@ def write_report(rows: list[dict], targets: list[str], reference: str, workdir: 
         steps = f"{r['init_steps']} + {r['steps']}" if r.get("init_steps") else str(r["steps"])
         scores = " | ".join("—" if math.isnan(r[k]) else f"{r[k]:.2f}" for k in keys)
         lines.append(f"| {r['variant']} | {r['budget']:g} | {steps} | {r['flops']:.2e} | {scores} |")
+    failed = [f"- {r['variant']} × {r['budget']:g}: {r['failed']}" for r in rows if "failed" in r]
+    if failed:
+        lines += ["", "Failed runs (rerun the sweep to retry them):", *failed]
     atomic_write(workdir / "table.md", "\n".join(lines) + "\n")
     fig, axes = plt.subplots(1, len(targets), figsize=(6 * len(targets), 4), squeeze=False)
     for ax, target in zip(axes[0], targets):
