@@ -75,3 +75,38 @@ def test_two_processes_match_one_process_and_resume_exactly(tmp_path):
     two_processes(work)
     resumed = losses(work)  # the resumed run replaced the rows after its checkpoint
     assert len(resumed) == STEPS and resumed == straight
+
+
+@pytest.mark.slow
+def test_a_lost_process_stops_the_other_with_one_line_and_status_75(tmp_path):
+    """kill -9 of process 1 mid-run: process 0, blocked in its next collective, stops within the
+    heartbeat timeout (1.5x for process 0, which lets the others go first) with one line naming
+    process 1 and EXIT_LOST_PEER. Before, it hung until the runtime aborted it (signal 6, 90 s)."""
+    import signal
+    import time
+
+    from bertology.train.distributed import EXIT_LOST_PEER
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
+    args = [sys.executable, "-m", "bertology.pretrain", f"--config={REPO}/configs/bert.py:tiny",
+            f"--workdir={tmp_path / 'run'}", f"--coordinator=localhost:{free_port()}", "--num_processes=2",
+            "--heartbeat_timeout=8", *(f"--config.{k}={v}" for k, v in {**OVERRIDES, "total_steps": 100_000}.items())]
+    logs = [tmp_path / f"p{i}.log" for i in range(2)]
+    procs = [subprocess.Popen(args + [f"--process_id={i}"], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+             for i, log in enumerate(logs)]
+    try:
+        deadline = time.monotonic() + 300
+        while "step 2/" not in logs[0].read_text():
+            assert time.monotonic() < deadline and procs[0].poll() is None, logs[0].read_text()[-2000:]
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        assert procs[0].wait(timeout=120) == EXIT_LOST_PEER, logs[0].read_text()[-2000:]
+        assert time.monotonic() - killed < 8 * 1.5 + 30
+    finally:
+        for p in procs:
+            p.kill()
+    last = [line for line in logs[0].read_text().splitlines() if "Gloo" not in line][-1]
+    assert last == ("bertology.pretrain: error: lost process 1, silent for 12 s (--heartbeat_timeout); rerun the whole "
+                    "job to resume from the last complete checkpoint")

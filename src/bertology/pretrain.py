@@ -24,12 +24,15 @@ def _define(fv: flags.FlagValues) -> None:
                          flag_values=fv)
     flags.DEFINE_bool("distributed", False, "Let JAX detect the cluster (TPU pod, SLURM, MPI) and join it.",
                       flag_values=fv)
+    flags.DEFINE_integer("heartbeat_timeout", 100, "Seconds without a heartbeat after which a multi-process run "
+                         "counts a process as lost and stops every other one (exit status 75).", flag_values=fv)
 
 
 def _main(fv: flags.FlagValues) -> None:
     from bertology.train import distributed
 
-    distributed.initialize(fv.coordinator, fv.num_processes, fv.process_id, auto=fv.distributed)
+    distributed.initialize(fv.coordinator, fv.num_processes, fv.process_id, auto=fv.distributed,
+                           heartbeat_timeout=fv.heartbeat_timeout, prog="bertology.pretrain")
     from bertology.train.loop import train
     from bertology.train.metrics import log
 

@@ -13,6 +13,10 @@ rows (`PretrainingStream(process_index=...)`), and only process 0 logs or writes
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -21,6 +25,10 @@ from jax.experimental import multihost_utils
 from bertology.errors import UserError
 
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
+# sysexits.h's EX_TEMPFAIL, "a temporary failure; retry": the job lost a process, not its recipe
+EXIT_LOST_PEER = 75
+HEARTBEAT_TIMEOUT = 100  # seconds, jax.distributed's own default
+HEARTBEATS = "bertology/heartbeat/"
 
 
 def initialize(
@@ -28,20 +36,91 @@ def initialize(
     num_processes: int | None = None,
     process_id: int | None = None,
     auto: bool = False,
+    heartbeat_timeout: int = HEARTBEAT_TIMEOUT,
+    prog: str = "bertology",
 ) -> bool:
-    """Call `jax.distributed.initialize` if this is a multi-process run; True if it was called."""
+    """Call `jax.distributed.initialize` if this is a multi-process run; True if it was called.
+    Then a `Watchdog` ends this process with one line and EXIT_LOST_PEER when another one has
+    been silent for `heartbeat_timeout` seconds."""
+    if heartbeat_timeout < 1:
+        raise UserError(f"--heartbeat_timeout={heartbeat_timeout}; give seconds, at least 1 "
+                        f"(default {HEARTBEAT_TIMEOUT})")
+    # the runtime's own detection aborts with a C++ stack trace (the missed-heartbeat callback
+    # that would replace it cannot be given from Python): it stays only as the backstop
+    backstop = 2 * heartbeat_timeout + 30
     explicit = (coordinator, num_processes, process_id)
     if any(x is not None for x in explicit):
         if any(x is None for x in explicit):
             raise UserError("--coordinator, --num_processes and --process_id go together; give all three or none")
         if not 0 <= process_id < num_processes:
             raise UserError(f"--process_id {process_id} is outside 0..{num_processes - 1}")
-        jax.distributed.initialize(coordinator, num_processes, process_id)
-        return True
-    if auto or in_slurm_job_step():
-        jax.distributed.initialize()
-        return True
-    return False
+        jax.distributed.initialize(coordinator, num_processes, process_id, heartbeat_timeout_seconds=backstop)
+    elif auto or in_slurm_job_step():
+        jax.distributed.initialize(heartbeat_timeout_seconds=backstop)
+    else:
+        return False
+    from jax._src.distributed import global_state
+
+    Watchdog(global_state.client, jax.process_index(), jax.process_count(), heartbeat_timeout, prog).start()
+    return True
+
+
+class Watchdog(threading.Thread):
+    """Lost processes end the run instead of hanging it. Without this, the others wait in their
+    next collective until the runtime's heartbeat check aborts them with a C++ stack trace and
+    signal 6 (90 s after a kill -9 with jax's defaults, measured): a crash to a scheduler.
+
+    Every `timeout / 5` seconds each process bumps its own counter in the coordination service's
+    key-value store and reads everyone's (one call each). A peer whose counter has not moved for
+    `timeout` seconds (on this process's clock: hosts' clocks need not agree), or a coordinator
+    that has not answered for `timeout` seconds, is lost: one line naming it on stderr, then
+    EXIT_LOST_PEER, from this thread, whatever the main thread is blocked in. A separate judge
+    thread keeps time, so a call that hangs on a vanished coordinator cannot stall the verdict."""
+
+    def __init__(self, client: Any, me: int, count: int, timeout: float, prog: str):
+        super().__init__(name="bertology-watchdog", daemon=True)
+        self.client, self.me, self.timeout, self.prog = client, me, timeout, prog
+        now = time.monotonic()
+        self.answered = now  # when the coordination service last answered
+        self.moved = {p: ("", now) for p in range(count) if p != me}  # each peer's last counter and when it moved
+
+    def run(self) -> None:
+        threading.Thread(target=self._judge, name="bertology-watchdog-judge", daemon=True).start()
+        beat = 0
+        while True:
+            beat += 1
+            try:
+                self.client.key_value_set(f"{HEARTBEATS}{self.me}", str(beat), allow_overwrite=True)
+                values = dict(self.client.key_value_dir_get(HEARTBEATS))
+            except Exception:  # the service is gone or unreachable; the judge counts the silence
+                time.sleep(self.timeout / 5)
+                continue
+            now = time.monotonic()
+            self.answered = now
+            for peer, (last, since) in self.moved.items():
+                value = values.get(f"{HEARTBEATS}{peer}", "")
+                if value != last:
+                    self.moved[peer] = (value, now)
+            time.sleep(self.timeout / 5)
+
+    def _judge(self) -> None:
+        # process 0 hosts the coordination service: were it to exit first, the runtime would abort
+        # every other process at once (signal 6, a stack trace) before their own verdicts, so it
+        # waits longer and lets them go first, each with its line and EXIT_LOST_PEER
+        patience = self.timeout * (1.5 if self.me == 0 else 1.0)
+        while True:
+            time.sleep(self.timeout / 10)
+            now = time.monotonic()
+            lost = [p for p, (_, since) in self.moved.items() if now - since >= patience]
+            if now - self.answered >= self.timeout:
+                who = "the coordinator (process 0), which stopped answering"
+            elif lost:
+                who = f"process {', '.join(map(str, lost))}, silent"
+            else:
+                continue
+            print(f"{self.prog}: error: lost {who} for {patience:g} s (--heartbeat_timeout); rerun the whole "
+                  "job to resume from the last complete checkpoint", file=sys.stderr, flush=True)
+            os._exit(EXIT_LOST_PEER)
 
 
 def in_slurm_job_step() -> bool:
