@@ -122,6 +122,7 @@ CASES = [
     ("batch_size=0", "pretrain", _pretrain(batch_size="0"), "batch_size=0"),
     ("checkpoint_every=0", "pretrain", _pretrain(checkpoint_every="0"), "checkpoint_every=0"),
     ("log_every=0", "pretrain", _pretrain(log_every="0"), "log_every=0"),
+    ("checkpoint_every_minutes<0", "pretrain", _pretrain(checkpoint_every_minutes="-1.0"), "checkpoint_every_minutes=-1.0"),
     ("eval_every<0", "pretrain", _pretrain(eval_every="-1"), "eval_every=-1"),
     ("keep_checkpoints=0", "pretrain", _pretrain(keep_checkpoints="0"), "keep_checkpoints=0"),
     ("learning_rate<0", "pretrain", _pretrain(optimizer__learning_rate="-0.001"), "optimizer.learning_rate=-0.001"),

@@ -90,3 +90,18 @@ def test_metrics_rows_of_a_resumed_run_replace_the_steps_it_redid(tmp_path):
     second.close()
     assert list(steps) == [1, 2, 3]
     assert [row["loss"] for row in steps.values()] == [11.0, 22.0, 23.0] and steps[3]["eval_accuracy"] == 0.5
+
+
+def test_timed_checkpoints_come_on_top_of_the_step_cadence(tmp_path):
+    """checkpoint_every_minutes: a save whenever that much wall-clock time has passed since the
+    last (here a few microseconds: every step); 0 leaves only the step cadence (and the last step)."""
+    rng = np.random.default_rng(2)
+    batches = [lm_batch(rng, False, weighted_rows=8)]
+    for minutes, expected in ((1e-7, [1, 2, 3, 4]), (0, [4])):
+        workdir = tmp_path / str(minutes)
+        config = bigram_config(checkpoint_every_minutes=minutes, keep_checkpoints=10, eval_every=0)
+        with run_lib.setup(ml_collections.FrozenConfigDict(config), workdir, model=Bigram(), objective=LM,
+                           example={k: v[:1] for k, v in batches[0].items()},
+                           optimizer=lambda _: (optax.sgd(0.1), optax.constant_schedule(0.1))) as run:
+            run.fit(Cycle(batches), 4)
+        assert sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == expected

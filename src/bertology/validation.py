@@ -32,6 +32,7 @@ keys from `recipes.pretraining` without reading them (causal, span corruption, B
 
 from __future__ import annotations
 
+import math
 import pathlib
 from typing import Any, Callable
 
@@ -79,6 +80,7 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("grad_accum_steps", _integer(1), "microbatches per step; 1 turns accumulation off"),
     ("log_every", _integer(1), "steps between log lines"),
     ("checkpoint_every", _integer(1), "steps between checkpoints"),
+    ("checkpoint_every_minutes", _number(0, math.inf), "minutes between timed checkpoints; 0 turns them off"),
     ("keep_checkpoints", _integer(1), "how many checkpoints to keep"),
     ("eval_every", _integer(0), "steps between evaluations; 0 evaluates only at the end"),
     ("eval_batches", _integer(1), "held-out batches per evaluation"),

@@ -26,7 +26,9 @@ What a run survives (issue 18), and how:
 
 The config keys read here are the ones every run config has: `seed`, `mesh`, `batch_size`,
 `grad_accum_steps`, `log_every`, `eval_every`, `checkpoint_every`, `keep_checkpoints`, and, with
-the defaults below where a config lacks them, `max_nonfinite_steps` and `allow_config_change`.
+the defaults below where a config lacks them, `max_nonfinite_steps`, `allow_config_change` and
+`checkpoint_every_minutes` (also checkpoint when this much wall-clock time has passed since the
+last one; 0: off; on preemptible machines it bounds the work a kill -9 loses).
 
 Carried state (`setup(carry=...)`, see `bertology.train.step`): `state["carry"]` starts from the
 given zeros, its rows placed over the data axes like the batch's rows, and is checkpointed and
@@ -83,8 +85,8 @@ MAX_NONFINITE_STEPS = 5
 # Keys that may differ between a run and the run it resumes without `allow_config_change`: they
 # change what is logged, evaluated or kept, or where the run is placed, never what it computes.
 # (total_steps is not among them: the learning-rate schedule is a function of it.)
-SAFE_TO_CHANGE = ("log_every", "eval_every", "eval_batches", "eval", "checkpoint_every", "keep_checkpoints",
-                  "max_nonfinite_steps", "allow_config_change", "mesh", "data.cache_dir")
+SAFE_TO_CHANGE = ("log_every", "eval_every", "eval_batches", "eval", "checkpoint_every", "checkpoint_every_minutes",
+                  "keep_checkpoints", "max_nonfinite_steps", "allow_config_change", "mesh", "data.cache_dir")
 
 
 class Batches(Protocol):
@@ -396,6 +398,8 @@ class Run:
         history: list[dict[str, float]] = []
         pending: list[dict] = []
         t_last, step_last = time.time(), step
+        every = c.get("checkpoint_every_minutes", 0) * 60
+        last_save = time.monotonic()
         stop = False
         tokens_per_step = 0
         log(f"training steps {step}->{total_steps} on {jax.device_count()} device(s), mesh {dict(self.mesh.shape)}")
@@ -409,9 +413,13 @@ class Run:
                 pending.append(metrics)
                 log_now = step % c.log_every == 0 or step == total_steps
                 save_now = step % c.checkpoint_every == 0 or step == total_steps
-                # Agreeing on a stop is a blocking cross-host collective: one process checks its flag
-                # every step, several only at log steps, where the loop waits for the device anyway.
-                stop = any_process(preemption.requested) if log_now or jax.process_count() == 1 else False
+                # Agreeing on a stop (or a timed save: hosts' clocks differ) is a blocking cross-host
+                # collective: one process checks every step, several only at log steps, where the loop
+                # waits for the device anyway.
+                agree = log_now or jax.process_count() == 1
+                stop = any_process(preemption.requested) if agree else False
+                if every and agree and any_process(time.monotonic() - last_save >= every):
+                    save_now = True
                 if log_now or stop or save_now:  # rows are read before a save: skips are counted first
                     rows = jax.device_get(pending)
                     pending = []
@@ -446,6 +454,7 @@ class Run:
                     log(f"step {step}: no checkpoint while updates are being skipped")
                 elif save_now or stop:
                     self.checkpointer.save(step, self.state, batches.get_state())
+                    last_save = time.monotonic()
                 if stop:
                     log(f"SIGTERM: checkpoint written at step {self.checkpointer.latest_step()}; "
                         "rerun the same command to resume")
