@@ -40,10 +40,10 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c = load_roberta(preset)
     c.model.family = "longformer"
     if preset == "tiny":
-        c.model.update(attention_window=[32], max_global_tokens=16)
+        c.model.update(attention_window=(32,), max_global_tokens=16)  # a tuple: --config.model.attention_window='(64,)'
         c.data.vocab = str(BPE_VOCAB)
         return c
-    c.model.update(attention_window=[512] * c.model.num_layers, max_global_tokens=16, max_position_embeddings=4098,
+    c.model.update(attention_window=(512,) * c.model.num_layers, max_global_tokens=16, max_position_embeddings=4098,
                    vocab_size=50265)
     c.data.update(max_seq_length=4096, max_predictions_per_seq=615)  # 15% of 4096
     c.batch_size, c.grad_accum_steps, c.total_steps = 64, 1, 65_000

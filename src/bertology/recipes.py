@@ -96,7 +96,8 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
     c.eval_every = 10_000 if paper else 200
     c.eval_batches = 4
     c.checkpoint_every = 10_000 if paper else 200
-    c.checkpoint_every_minutes = 0  # also checkpoint after this much wall-clock time (0: off), e.g. 30 on preemptible VMs
+    # also checkpoint after this many minutes (0: off; e.g. 30 on preemptible VMs); a float so 0.5 parses
+    c.checkpoint_every_minutes = 0.0
     c.keep_checkpoints = 3
     c.max_nonfinite_steps = 5  # NaN/inf steps in a row (each skipped, not applied) before a run stops
     c.allow_config_change = ""  # comma-separated keys a resumed run may change, e.g. total_steps,optimizer.learning_rate

@@ -147,6 +147,9 @@ class TransformerConfig:
             raise UserError(f"model.dtype={self.dtype!r} is unknown; use float32 or bfloat16")
         if self.scan_layers and self.share_layers != "none":
             raise UserError("model.scan_layers needs distinct layers; set share_layers='none' or scan_layers=False")
+        if self.positions == "rotary" and not (self.rope_theta > 0 and (self.local_rope_theta or 1) > 0):
+            raise UserError(f"model.rope_theta={self.rope_theta}, local_rope_theta={self.local_rope_theta}: rotary "
+                            "frequencies need a positive base (10000; ModernBERT: 160000 global, 10000 local)")
         if self.positions == "rotary" and self.head_dim % 2:
             raise UserError(f"model.positions='rotary' rotates pairs of head dimensions; head width {self.head_dim} "
                             "is odd")

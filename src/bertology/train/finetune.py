@@ -73,6 +73,7 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     c.log_every = 20
     c.eval_every = 0  # steps between evaluations; 0: only at the end
     c.checkpoint_every = 1000  # and at the last step; a rerun in the same workdir resumes
+    c.checkpoint_every_minutes = 0.0  # and after this many minutes (0: off)
     c.keep_checkpoints = 2
     c.max_nonfinite_steps = 5  # NaN/inf steps in a row (each skipped, not applied) before a run stops
     c.allow_config_change = ""  # comma-separated keys a resumed run may change, e.g. total_steps,optimizer.learning_rate

@@ -95,6 +95,7 @@ def resolved(config: ml_collections.ConfigDict) -> tuple[ml_collections.FrozenCo
                         "teacher's")
     config.data.vocab = str(vocab_path)
     validation.check(config)
+    models.build(config.model)  # the network's own checks (its config's), before any corpus is tokenized
     return ml_collections.FrozenConfigDict(config), tokenizer, start, teacher
 
 
