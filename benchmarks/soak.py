@@ -97,6 +97,7 @@ def plot(curve: list[dict], every: int, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    curve = [c for c in curve if c["step"] > 0]  # from the first logged step on (start-up is not the question)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot([c["step"] for c in curve], [c["rss_mb"] for c in curve])
     ax.set_xlabel(f"step (a checkpoint and an evaluation every {every})")
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
         summary, curve = soak(args.steps, args.every, args.keep, args.batch_size, args.max_seq_length,
                               pathlib.Path(tmp) / "run")
     (out / "soak_rss.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curve))
-    if curve:
+    if any(c["step"] > 0 for c in curve):
         plot(curve, args.every, out / "soak_rss.png")
     report.append([summary], out, "soak", COLUMNS, FORMATS)
     expected = list(range(args.every, args.steps + 1, args.every))[-args.keep:]
