@@ -20,12 +20,12 @@ import re
 import shutil
 import threading
 
+import helpers
 import jax
 import numpy as np
 import pytest
 from flax.traverse_util import unflatten_dict
 
-import helpers
 from bertology import models
 from bertology.errors import UserError
 from bertology.interop.hf import export_hf, param_shapes, write_run
@@ -180,7 +180,9 @@ def test_run_directory_of_an_import(tmp_path, monkeypatch, vocab):
     def view(state):
         files = visible(state, "run")
         names = sorted({re.sub(r"/d/[0-9a-f]+$", "/d/*", name) for name in files})  # orbax's data files: random names
-        return {"run": (tuple(names), json.loads(files["config.json"])["model"] if "config.json" in files else None) if files else NONE}
+        if not files:
+            return {"run": NONE}
+        return {"run": (tuple(names), json.loads(files["config.json"])["model"] if "config.json" in files else None)}
 
     check_every_kill(tmp_path, monkeypatch, write, view)
     loaded, _ = load_params(tmp_path / "watched" / "run")
