@@ -41,13 +41,59 @@ def extract(
     batch_size: int = 32,
 ) -> dict[str, np.ndarray]:
     """{'tokens', 'sentence', 'input_ids', 'input_mask'} for `texts` under the checkpoint's encoder."""
+    import jax
+
+    from bertology.models import tasks
+    from bertology.models.transformer import last_real
+
+    trunk, variables, arrays, n_layers, causal = _trunk(checkpoint, texts, max_seq_length)
+    if any(not -n_layers <= i < n_layers for i in layers):
+        raise UserError(f"layers {list(layers)} out of range for {n_layers - 1} layers; use 0..{n_layers - 1} or negative")
+
+    @jax.jit
+    def run(batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+        out = trunk.apply(variables, batch)["layers"]
+        tokens = sum(out[i] for i in layers) / len(layers)
+        tokens = tokens * batch["input_mask"][..., None]
+        if causal:
+            return tokens, last_real(tokens, batch["input_mask"])
+        return tokens, tasks.masked_mean(tokens, batch["input_mask"])
+
+    tokens, sentence = [], []
+    for start in range(0, len(texts), batch_size):
+        t, s = run({k: v[start:start + batch_size] for k, v in arrays.items()})
+        tokens.append(np.asarray(t))
+        sentence.append(np.asarray(s))
+    return {"tokens": np.concatenate(tokens), "sentence": np.concatenate(sentence),
+            "input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
+
+
+def layer_states(checkpoint: str | pathlib.Path, texts: Sequence[str], *, max_seq_length: int = 128,
+                 batch_size: int = 32) -> dict[str, np.ndarray]:
+    """{'layers' [n, layers, max_seq_length, H] (every layer of the trunk, 0 the embeddings; zero at
+    padding), 'input_ids', 'input_mask'}: what the analysis tools read (`bertology.analyze`)."""
+    import jax
+    import jax.numpy as jnp
+
+    trunk, variables, arrays, _, _ = _trunk(checkpoint, texts, max_seq_length)
+
+    @jax.jit
+    def run(batch: dict[str, Any]) -> jax.Array:
+        return jnp.stack(trunk.apply(variables, batch)["layers"], 1) * batch["input_mask"][:, None, :, None]
+
+    out = [np.asarray(run({k: v[i:i + batch_size] for k, v in arrays.items()})) for i in range(0, len(texts), batch_size)]
+    return {"layers": np.concatenate(out), "input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
+
+
+def _trunk(checkpoint: str | pathlib.Path, texts: Sequence[str], max_seq_length: int) -> tuple[Any, dict, dict, int, bool]:
+    """(the trunk fine-tuning builds, its variables with the checkpoint's weights, the encoded
+    `texts`, its number of layers, whether it is causal)."""
     import flax.linen as nn
     import jax
 
     from bertology import models
     from bertology.data.tokenizers import for_data
     from bertology.models import tasks
-    from bertology.models.transformer import last_real
     from bertology.tasks.encode import encode_pair, stack
     from bertology.train.checkpoint import load_params
     from bertology.train.finetune import merge_pretrained
@@ -70,27 +116,7 @@ def extract(
     fresh = nn.meta.unbox(jax.jit(trunk.init)(jax.random.key(0), first)["params"])
     variables = {"params": merge_pretrained(fresh, encoder_params, str(checkpoint))}
     n_layers = len(jax.eval_shape(lambda: trunk.apply(variables, first))["layers"])
-    if any(not -n_layers <= i < n_layers for i in layers):
-        raise UserError(f"layers {list(layers)} out of range for {n_layers - 1} layers; use 0..{n_layers - 1} or negative")
-
-    causal = getattr(trunk, "causal", False)  # a causal stack's (`transformer.Stack.causal`)
-
-    @jax.jit
-    def run(batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
-        out = trunk.apply(variables, batch)["layers"]
-        tokens = sum(out[i] for i in layers) / len(layers)
-        tokens = tokens * batch["input_mask"][..., None]
-        if causal:
-            return tokens, last_real(tokens, batch["input_mask"])
-        return tokens, tasks.masked_mean(tokens, batch["input_mask"])
-
-    tokens, sentence = [], []
-    for start in range(0, len(texts), batch_size):
-        t, s = run({k: v[start:start + batch_size] for k, v in arrays.items()})
-        tokens.append(np.asarray(t))
-        sentence.append(np.asarray(s))
-    return {"tokens": np.concatenate(tokens), "sentence": np.concatenate(sentence),
-            "input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
+    return trunk, variables, arrays, n_layers, getattr(trunk, "causal", False)  # a causal stack's (`Stack.causal`)
 
 
 def _flags() -> flags.FlagValues:

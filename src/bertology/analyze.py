@@ -1,0 +1,158 @@
+"""Looking inside a checkpoint: how contextual are a word's vectors, layer by layer.
+
+    python -m bertology.analyze similarity --checkpoint runs/tiny --word broke --input sentences.txt \
+        [--out runs/tiny/analysis] [--max_seq_length 128]
+
+`similarity` follows Ethayarajh (2019), "How Contextual are Contextualized Word Representations?":
+the word's vector in each sentence (the mean of its sub-word pieces, at its first occurrence) is
+read at every layer of the trunk fine-tuning uses (`bertology.features.layer_states`; 0 is the
+embedding output). Per layer:
+- self-similarity: the mean cosine between the word's vectors in every pair of sentences (1: the
+  layer ignores the context);
+- anisotropy: the mean cosine between random pairs of token vectors of the same sentences, the
+  baseline any two vectors share in that layer (Ethayarajh samples random words the same way);
+- adjusted self-similarity: the difference, what the word's vectors share beyond that baseline.
+Writes `similarity_<word>.json` and `similarity_<word>.png` (the three curves by layer) to --out.
+A sentence without the word is refused with its line number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from bertology.errors import UserError
+from bertology.files import atomic_file, atomic_write
+
+ANISOTROPY_PAIRS = 1000
+
+
+def word_pieces(tokenizer: Any, text: str, word: str) -> range:
+    """The token indices (without [CLS]) of the first whole-word occurrence of `word` in `text`
+    (either case: "Return" at a sentence's start is the word "return"): the tokens of the text up
+    to the word's end beyond those of the text before it. Raises ValueError when it is not there."""
+    lower = text.lower()
+    at = next((i for i in range(len(text)) if lower.startswith(word.lower(), i)
+               and (i == 0 or not text[i - 1].isalnum())
+               and (i + len(word) == len(text) or not text[i + len(word)].isalnum())), None)
+    if at is None:
+        raise ValueError(word)
+    return range(len(tokenizer.encode(text[:at].rstrip())), len(tokenizer.encode(text[:at + len(word)])))
+
+
+def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+    return unit @ unit.T
+
+
+def similarity(checkpoint: str | pathlib.Path, texts: Sequence[str], word: str, *, max_seq_length: int = 128,
+               seed: int = 0) -> dict[str, Any]:
+    """{'word', 'contexts', 'layers': [{'layer', 'self_similarity', 'anisotropy', 'adjusted'}]}."""
+    from bertology import models
+    from bertology.data.tokenizers import for_data
+    from bertology.features import layer_states
+    from bertology.train.checkpoint import load_params
+
+    if len(texts) < 2:
+        raise UserError(f"{len(texts)} sentence(s); self-similarity compares the word across at least 2")
+    config = load_params(checkpoint)[1]
+    if models.family(config["model"]["family"]).task_inputs is not None:
+        raise UserError(f"a {config['model']['family']} run reads words, not the sub-word pieces this tool locates; "
+                        "use a sub-word model's run (BERT-style, GPT, T5 encoder)")
+    tokenizer = for_data(config["data"])
+    spans = []
+    for line, text in enumerate(texts, 1):
+        try:
+            pieces = word_pieces(tokenizer, text, word)
+        except ValueError:
+            raise UserError(f"sentence {line} ({text!r}) does not contain the word {word!r}; give sentences that "
+                            "all use it") from None
+        if pieces.stop + 1 >= max_seq_length:  # [CLS] first, [SEP] last
+            raise UserError(f"sentence {line}: {word!r} ends at token {pieces.stop} of {max_seq_length}; raise "
+                            "--max_seq_length")
+        spans.append(pieces)
+    states = layer_states(checkpoint, texts, max_seq_length=max_seq_length)
+    layers, mask = states["layers"].astype(np.float64), states["input_mask"]
+    words = np.stack([layers[i, :, 1 + s.start:1 + s.stop].mean(1) for i, s in enumerate(spans)], 1)  # [layers, n, H]
+    # the random pairs of real tokens ([CLS] and [SEP] left out), the same for every layer
+    real = [(i, t) for i in range(len(texts)) for t in range(1, int(mask[i].sum()) - 1)]
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, len(real), (2, ANISOTROPY_PAIRS))
+    a, b = a[a != b], b[a != b]
+    rows = []
+    for layer, vectors in enumerate(words):
+        n = len(vectors)
+        self_sim = (cosine_matrix(vectors).sum() - n) / (n * (n - 1))
+        x = np.stack([layers[real[k][0], layer, real[k][1]] for k in a])
+        y = np.stack([layers[real[k][0], layer, real[k][1]] for k in b])
+        aniso = float(np.mean(np.sum(x * y, -1) / np.maximum(np.linalg.norm(x, axis=-1) * np.linalg.norm(y, axis=-1),
+                                                              1e-12)))
+        rows.append({"layer": layer, "self_similarity": float(self_sim), "anisotropy": aniso,
+                     "adjusted": float(self_sim) - aniso})
+    return {"word": word, "contexts": len(texts), "layers": rows}
+
+
+def plot(result: dict[str, Any], path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layers = [r["layer"] for r in result["layers"]]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for key, label in (("self_similarity", "self-similarity"), ("anisotropy", "anisotropy (random pairs)"),
+                       ("adjusted", "adjusted self-similarity")):
+        ax.plot(layers, [r[key] for r in result["layers"]], marker="o", label=label)
+    ax.set_xticks(layers)
+    ax.set_xlabel("layer (0: embeddings)")
+    ax.set_ylabel("mean cosine")
+    ax.set_title(f"{result['word']!r} in {result['contexts']} contexts")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bertology.analyze", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="tool", required=True)
+    s = sub.add_parser("similarity", help="self-similarity and anisotropy of a word's vectors by layer")
+    s.add_argument("--checkpoint", required=True, help="a run directory (config.json + checkpoints/)")
+    s.add_argument("--word", required=True, help="the word to follow across the sentences")
+    s.add_argument("--input", required=True, help="a text file, one sentence per line, each using the word")
+    s.add_argument("--out", help="where the .json and .png go (default: CHECKPOINT/analysis)")
+    s.add_argument("--max_seq_length", type=int, default=128)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        path = pathlib.Path(args.input)
+        if not path.is_file():
+            raise UserError(f"input file not found: {path}; give a text file with one sentence per line")
+        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        result = similarity(args.checkpoint, texts, args.word, max_seq_length=args.max_seq_length)
+    except UserError as e:
+        print(f"bertology.analyze: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out or pathlib.Path(args.checkpoint) / "analysis")
+    name = "".join(c if c.isalnum() else "_" for c in args.word)
+    atomic_write(out / f"similarity_{name}.json", json.dumps(result, indent=2))
+    plot(result, out / f"similarity_{name}.png")
+    for r in result["layers"]:
+        print(f"layer {r['layer']:2d}: self-similarity {r['self_similarity']:.3f} | anisotropy {r['anisotropy']:.3f} "
+              f"| adjusted {r['adjusted']:.3f}")
+    print(f"wrote {out}/similarity_{name}.json and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
