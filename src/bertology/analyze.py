@@ -46,9 +46,9 @@ def word_pieces(tokenizer: Any, text: str, word: str) -> range:
     return range(len(tokenizer.encode(text[:at].rstrip())), len(tokenizer.encode(text[:at + len(word)])))
 
 
-def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
-    return unit @ unit.T
+def unit(vectors: np.ndarray) -> np.ndarray:
+    """Each vector (last axis) scaled to length 1; cosines are then dot products."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
 
 
 def similarity(checkpoint: str | pathlib.Path, texts: Sequence[str], word: str, *, max_seq_length: int = 128,
@@ -57,11 +57,12 @@ def similarity(checkpoint: str | pathlib.Path, texts: Sequence[str], word: str, 
     from bertology import models
     from bertology.data.tokenizers import for_data
     from bertology.features import layer_states
-    from bertology.train.checkpoint import load_params
+    from bertology.train.checkpoint import read_json
 
     if len(texts) < 2:
         raise UserError(f"{len(texts)} sentence(s); self-similarity compares the word across at least 2")
-    config = load_params(checkpoint)[1]
+    # the run's settings alone: its weights are read once, by layer_states
+    config = read_json(pathlib.Path(checkpoint) / "config.json", "pass the --workdir of a bertology run")
     if models.family(config["model"]["family"]).task_inputs is not None:
         raise UserError(f"a {config['model']['family']} run reads words, not the sub-word pieces this tool locates; "
                         "use a sub-word model's run (BERT-style, GPT, T5 encoder)")
@@ -81,20 +82,17 @@ def similarity(checkpoint: str | pathlib.Path, texts: Sequence[str], word: str, 
     layers, mask = states["layers"].astype(np.float64), states["input_mask"]
     words = np.stack([layers[i, :, 1 + s.start:1 + s.stop].mean(1) for i, s in enumerate(spans)], 1)  # [layers, n, H]
     # the random pairs of real tokens ([CLS] and [SEP] left out), the same for every layer
-    real = [(i, t) for i in range(len(texts)) for t in range(1, int(mask[i].sum()) - 1)]
+    real = np.array([(i, t) for i in range(len(texts)) for t in range(1, int(mask[i].sum()) - 1)])
     rng = np.random.default_rng(seed)
     a, b = rng.integers(0, len(real), (2, ANISOTROPY_PAIRS))
-    a, b = a[a != b], b[a != b]
+    (ra, ta), (rb, tb) = real[a[a != b]].T, real[b[a != b]].T
     rows = []
     for layer, vectors in enumerate(words):
         n = len(vectors)
-        self_sim = (cosine_matrix(vectors).sum() - n) / (n * (n - 1))
-        x = np.stack([layers[real[k][0], layer, real[k][1]] for k in a])
-        y = np.stack([layers[real[k][0], layer, real[k][1]] for k in b])
-        aniso = float(np.mean(np.sum(x * y, -1) / np.maximum(np.linalg.norm(x, axis=-1) * np.linalg.norm(y, axis=-1),
-                                                              1e-12)))
-        rows.append({"layer": layer, "self_similarity": float(self_sim), "anisotropy": aniso,
-                     "adjusted": float(self_sim) - aniso})
+        u = unit(vectors)
+        self_sim = float(((u @ u.T).sum() - n) / (n * (n - 1)))
+        aniso = float(np.mean(np.sum(unit(layers[ra, layer, ta]) * unit(layers[rb, layer, tb]), -1)))
+        rows.append({"layer": layer, "self_similarity": self_sim, "anisotropy": aniso, "adjusted": self_sim - aniso})
     return {"word": word, "contexts": len(texts), "layers": rows}
 
 

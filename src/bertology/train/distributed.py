@@ -93,14 +93,14 @@ class Watchdog(threading.Thread):
                 self.client.key_value_set(f"{HEARTBEATS}{self.me}", str(beat), allow_overwrite=True)
                 values = dict(self.client.key_value_dir_get(HEARTBEATS))
             except Exception:  # the service is gone or unreachable; the judge counts the silence
-                time.sleep(self.timeout / 5)
-                continue
-            now = time.monotonic()
-            self.answered = now
-            for peer, (last, since) in self.moved.items():
-                value = values.get(f"{HEARTBEATS}{peer}", "")
-                if value != last:
-                    self.moved[peer] = (value, now)
+                pass
+            else:
+                now = time.monotonic()
+                self.answered = now
+                for peer, (last, _) in self.moved.items():
+                    value = values.get(f"{HEARTBEATS}{peer}", "")
+                    if value != last:
+                        self.moved[peer] = (value, now)
             time.sleep(self.timeout / 5)
 
     def _judge(self) -> None:
