@@ -191,6 +191,15 @@ def write_run(workdir: pathlib.Path, config: ml_collections.ConfigDict, params) 
     return workdir
 
 
+def random_params(config: ml_collections.ConfigDict) -> dict:
+    """A pretraining model's random parameters, initialised on inputs every family here reads."""
+    model = models.build(config.model)
+    n = config.data.max_seq_length
+    batch = {k: np.zeros((1, n), np.int32) for k in ("input_ids", "segment_ids", "input_mask", "masked_positions")}
+    batch.update(perm_mask=np.zeros((1, n, n), np.float32), target_mapping=np.zeros((1, 1, n), np.float32))  # XLNet's
+    return nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch)["params"])
+
+
 # --- the run setup with a bigram causal LM (was in test_run.py; its V, B, L and `config` renamed) ----
 
 BIGRAM_VOCAB, BIGRAM_BATCH, BIGRAM_LENGTH = 12, 8, 6

@@ -67,7 +67,7 @@ def test_features_are_the_fine_tuning_trunks_layers(family, tmp_path):
     config = helpers.config(family, "tiny")
     config.model.vocab_size = for_data(config.data).vocab_size
     texts = ["the cat sat on the mat .", "a much longer sentence about modules and their functions ."]
-    out = extract(write_run(tmp_path / "run", config, _random_params(config)), texts, layers=(0,), max_seq_length=16)
+    out = extract(write_run(tmp_path / "run", config, helpers.random_params(config)), texts, layers=(0,), max_seq_length=16)
     batch = {k: out[k] for k in ("input_ids", "input_mask")}
     batch["segment_ids"] = np.zeros_like(batch["input_ids"])
     params, run = load_params(tmp_path / "run")
@@ -87,20 +87,6 @@ def test_features_are_the_fine_tuning_trunks_layers(family, tmp_path):
     want_sentence = (out["tokens"][np.arange(2), lengths - 1] if family == "gpt"
                      else out["tokens"].sum(1) / lengths[:, None])
     np.testing.assert_allclose(out["sentence"], want_sentence, atol=1e-5, rtol=0)
-
-
-def _random_params(config) -> dict:
-    """A pretraining model's random parameters, initialised on inputs every family here reads."""
-    import flax.linen as nn
-    import jax
-
-    from bertology import models
-
-    model = models.build(config.model)
-    n = config.data.max_seq_length
-    batch = {k: np.zeros((1, n), np.int32) for k in ("input_ids", "segment_ids", "input_mask", "masked_positions")}
-    batch.update(perm_mask=np.zeros((1, n, n), np.float32), target_mapping=np.zeros((1, 1, n), np.float32))  # XLNet's
-    return nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch)["params"])
 
 
 def test_rows_longer_than_the_position_table_are_refused_in_one_line(pretrained, tmp_path):

@@ -1,19 +1,24 @@
-"""Looking inside a checkpoint: how contextual are a word's vectors, layer by layer.
+"""Looking inside a checkpoint, layer by layer: how contextual a word's vectors are, where each
+head looks, and what a linear probe can read off each layer.
 
-    python -m bertology.analyze similarity --checkpoint runs/tiny --word broke --input sentences.txt \
-        [--out runs/tiny/analysis] [--max_seq_length 128]
+    python -m bertology.analyze similarity --checkpoint runs/tiny --word broke --input sentences.txt
+    python -m bertology.analyze attention --checkpoint runs/tiny --input sentences.txt [--show 1]
+    python -m bertology.analyze probe --checkpoint runs/tiny --kind tokens --train train.txt --test valid.txt \
+        [--column -1]
+    python -m bertology.analyze probe --checkpoint runs/tiny --kind sentences --train train.tsv --test dev.tsv \
+        [--text_column sentence] [--label_column label]
 
-`similarity` follows Ethayarajh (2019), "How Contextual are Contextualized Word Representations?":
-the word's vector in each sentence (the mean of its sub-word pieces, at its first occurrence) is
-read at every layer of the trunk fine-tuning uses (`bertology.features.layer_states`; 0 is the
-embedding output). Per layer:
-- self-similarity: the mean cosine between the word's vectors in every pair of sentences (1: the
-  layer ignores the context);
-- anisotropy: the mean cosine between random pairs of token vectors of the same sentences, the
-  baseline any two vectors share in that layer (Ethayarajh samples random words the same way);
-- adjusted self-similarity: the difference, what the word's vectors share beyond that baseline.
-Writes `similarity_<word>.json` and `similarity_<word>.png` (the three curves by layer) to --out.
-A sentence without the word is refused with its line number.
+Every tool takes [--out DIR] (default CHECKPOINT/analysis) and [--max_seq_length 128], reads the
+layers of the trunk fine-tuning uses (any family's checkpoint: BERT-style encoders, GPT, the T5
+encoder), and writes a JSON file of its numbers and PNG plots:
+- `similarity` (Ethayarajh 2019; `bertology.analysis.similarity`): self-similarity, anisotropy
+  and their difference by layer -> similarity_<word>.json and .png;
+- `attention` (Clark et al. 2019; `bertology.analysis.attention`): per-head attention to
+  [CLS]/[SEP]/punctuation/the neighbours and entropy -> attention.json, attention_heads.png,
+  and every head's map of sentence --show -> attention_sentence<N>.png;
+- `probe` (linear probes with Hewitt & Liang's control task; `bertology.analysis.probe`):
+  held-out accuracy by layer -> probe_<kind>.json and .png.
+Errors are one line.
 """
 
 from __future__ import annotations
@@ -22,133 +27,105 @@ import argparse
 import json
 import pathlib
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from bertology.errors import UserError
-from bertology.files import atomic_file, atomic_write
-
-ANISOTROPY_PAIRS = 1000
-
-
-def word_pieces(tokenizer: Any, text: str, word: str) -> range:
-    """The token indices (without [CLS]) of the first whole-word occurrence of `word` in `text`
-    (either case: "Return" at a sentence's start is the word "return"): the tokens of the text up
-    to the word's end beyond those of the text before it. Raises ValueError when it is not there."""
-    lower = text.lower()
-    at = next((i for i in range(len(text)) if lower.startswith(word.lower(), i)
-               and (i == 0 or not text[i - 1].isalnum())
-               and (i + len(word) == len(text) or not text[i + len(word)].isalnum())), None)
-    if at is None:
-        raise ValueError(word)
-    return range(len(tokenizer.encode(text[:at].rstrip())), len(tokenizer.encode(text[:at + len(word)])))
-
-
-def unit(vectors: np.ndarray) -> np.ndarray:
-    """Each vector (last axis) scaled to length 1; cosines are then dot products."""
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
-
-
-def similarity(checkpoint: str | pathlib.Path, texts: Sequence[str], word: str, *, max_seq_length: int = 128,
-               seed: int = 0) -> dict[str, Any]:
-    """{'word', 'contexts', 'layers': [{'layer', 'self_similarity', 'anisotropy', 'adjusted'}]}."""
-    from bertology import models
-    from bertology.data.tokenizers import for_data
-    from bertology.features import layer_states
-    from bertology.train.checkpoint import read_json
-
-    if len(texts) < 2:
-        raise UserError(f"{len(texts)} sentence(s); self-similarity compares the word across at least 2")
-    # the run's settings alone: its weights are read once, by layer_states
-    config = read_json(pathlib.Path(checkpoint) / "config.json", "pass the --workdir of a bertology run")
-    if models.family(config["model"]["family"]).task_inputs is not None:
-        raise UserError(f"a {config['model']['family']} run reads words, not the sub-word pieces this tool locates; "
-                        "use a sub-word model's run (BERT-style, GPT, T5 encoder)")
-    tokenizer = for_data(config["data"])
-    spans = []
-    for line, text in enumerate(texts, 1):
-        try:
-            pieces = word_pieces(tokenizer, text, word)
-        except ValueError:
-            raise UserError(f"sentence {line} ({text!r}) does not contain the word {word!r}; give sentences that "
-                            "all use it") from None
-        if pieces.stop + 1 >= max_seq_length:  # [CLS] first, [SEP] last
-            raise UserError(f"sentence {line}: {word!r} ends at token {pieces.stop} of {max_seq_length}; raise "
-                            "--max_seq_length")
-        spans.append(pieces)
-    states = layer_states(checkpoint, texts, max_seq_length=max_seq_length)
-    layers, mask = states["layers"].astype(np.float64), states["input_mask"]
-    words = np.stack([layers[i, :, 1 + s.start:1 + s.stop].mean(1) for i, s in enumerate(spans)], 1)  # [layers, n, H]
-    # the random pairs of real tokens ([CLS] and [SEP] left out), the same for every layer
-    real = np.array([(i, t) for i in range(len(texts)) for t in range(1, int(mask[i].sum()) - 1)])
-    rng = np.random.default_rng(seed)
-    a, b = rng.integers(0, len(real), (2, ANISOTROPY_PAIRS))
-    (ra, ta), (rb, tb) = real[a[a != b]].T, real[b[a != b]].T
-    rows = []
-    for layer, vectors in enumerate(words):
-        n = len(vectors)
-        u = unit(vectors)
-        self_sim = float(((u @ u.T).sum() - n) / (n * (n - 1)))
-        aniso = float(np.mean(np.sum(unit(layers[ra, layer, ta]) * unit(layers[rb, layer, tb]), -1)))
-        rows.append({"layer": layer, "self_similarity": self_sim, "anisotropy": aniso, "adjusted": self_sim - aniso})
-    return {"word": word, "contexts": len(texts), "layers": rows}
-
-
-def plot(result: dict[str, Any], path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    layers = [r["layer"] for r in result["layers"]]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for key, label in (("self_similarity", "self-similarity"), ("anisotropy", "anisotropy (random pairs)"),
-                       ("adjusted", "adjusted self-similarity")):
-        ax.plot(layers, [r[key] for r in result["layers"]], marker="o", label=label)
-    ax.set_xticks(layers)
-    ax.set_xlabel("layer (0: embeddings)")
-    ax.set_ylabel("mean cosine")
-    ax.set_title(f"{result['word']!r} in {result['contexts']} contexts")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    with atomic_file(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+from bertology.files import atomic_write
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bertology.analyze", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="tool", required=True)
-    s = sub.add_parser("similarity", help="self-similarity and anisotropy of a word's vectors by layer")
-    s.add_argument("--checkpoint", required=True, help="a run directory (config.json + checkpoints/)")
+
+    def tool(name: str, help: str) -> argparse.ArgumentParser:
+        t = sub.add_parser(name, help=help)
+        t.add_argument("--checkpoint", required=True, help="a run directory (config.json + checkpoints/)")
+        t.add_argument("--out", help="where the .json and .png files go (default: CHECKPOINT/analysis)")
+        t.add_argument("--max_seq_length", type=int, default=128)
+        return t
+
+    s = tool("similarity", "self-similarity and anisotropy of a word's vectors by layer")
     s.add_argument("--word", required=True, help="the word to follow across the sentences")
     s.add_argument("--input", required=True, help="a text file, one sentence per line, each using the word")
-    s.add_argument("--out", help="where the .json and .png go (default: CHECKPOINT/analysis)")
-    s.add_argument("--max_seq_length", type=int, default=128)
+    a = tool("attention", "every head's attention maps and Clark et al.'s per-head statistics")
+    a.add_argument("--input", required=True, help="a text file, one sentence per line")
+    a.add_argument("--show", type=int, default=1, help="the sentence (1-based line) whose maps are plotted")
+    r = tool("probe", "held-out accuracy of a linear probe on each layer")
+    r.add_argument("--kind", required=True, choices=("tokens", "sentences"))
+    r.add_argument("--train", required=True, help="tokens: a CoNLL-style column file; sentences: a TSV with a header")
+    r.add_argument("--test", required=True, help="the held-out file, in the same format")
+    r.add_argument("--column", type=int, default=-1, help="tokens: the tag's column (-1: the last, NER in CoNLL-2003)")
+    r.add_argument("--text_column", default="sentence", help="sentences: the text's column")
+    r.add_argument("--label_column", default="label", help="sentences: the label's column")
     return p
+
+
+def _lines(path: str) -> list[str]:
+    file = pathlib.Path(path)
+    if not file.is_file():
+        raise UserError(f"input file not found: {file}; give a text file with one sentence per line")
+    return [line.strip() for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _similarity(args: argparse.Namespace, out: pathlib.Path) -> None:
+    from bertology.analysis import similarity
+
+    result = similarity.self_similarity(args.checkpoint, _lines(args.input), args.word,
+                                        max_seq_length=args.max_seq_length)
+    name = "".join(c if c.isalnum() else "_" for c in args.word)
+    atomic_write(out / f"similarity_{name}.json", json.dumps(result, indent=2))
+    similarity.plot(result, out / f"similarity_{name}.png")
+    for r in result["layers"]:
+        print(f"layer {r['layer']:2d}: self-similarity {r['self_similarity']:.3f} | anisotropy "
+              f"{r['anisotropy']:.3f} | adjusted {r['adjusted']:.3f}")
+    print(f"wrote {out}/similarity_{name}.json and .png")
+
+
+def _attention(args: argparse.Namespace, out: pathlib.Path) -> None:
+    from bertology.analysis import attention
+
+    result = attention.head_summary(args.checkpoint, _lines(args.input), max_seq_length=args.max_seq_length,
+                                    show=args.show)
+    atomic_write(out / "attention.json", json.dumps({k: v for k, v in result.items() if k != "shown"}, indent=2))
+    attention.plot_heads(result, out / "attention_heads.png")
+    attention.plot_maps(result, out / f"attention_sentence{args.show}.png")
+    stats = result["statistics"]
+    for layer in range(result["layers"]):
+        print(f"layer {layer + 1:2d}: " + " | ".join(f"{name} {np.mean(stats[name][layer]):.3f}"
+                                                    for name in attention.STATISTICS) + " (means over heads)")
+    print(f"wrote {out}/attention.json, attention_heads.png and attention_sentence{args.show}.png")
+
+
+def _probe(args: argparse.Namespace, out: pathlib.Path) -> None:
+    from bertology.analysis import probe
+
+    def read(path: str) -> tuple[Any, Any]:
+        if args.kind == "tokens":
+            return probe.read_tokens(pathlib.Path(path), args.column)
+        return probe.read_sentences(pathlib.Path(path), args.text_column, args.label_column)
+
+    result = probe.accuracy_by_layer(args.checkpoint, args.kind, read(args.train), read(args.test),
+                                     max_seq_length=args.max_seq_length)
+    result.update(train=args.train, test=args.test)
+    atomic_write(out / f"probe_{args.kind}.json", json.dumps(result, indent=2))
+    title = f"{pathlib.Path(args.train).name}: {len(result['labels'])} labels"
+    probe.plot(result, title, out / f"probe_{args.kind}.png")
+    for r in result["layers"]:
+        extra = f" | control {r['control']:.3f} | selectivity {r['selectivity']:.3f}" if "control" in r else ""
+        print(f"layer {r['layer']:2d}: accuracy {r['accuracy']:.3f}{extra}")
+    print(f"majority label: {result['majority']:.3f}; wrote {out}/probe_{args.kind}.json and .png")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    out = pathlib.Path(args.out or pathlib.Path(args.checkpoint) / "analysis")
     try:
-        path = pathlib.Path(args.input)
-        if not path.is_file():
-            raise UserError(f"input file not found: {path}; give a text file with one sentence per line")
-        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        result = similarity(args.checkpoint, texts, args.word, max_seq_length=args.max_seq_length)
+        {"similarity": _similarity, "attention": _attention, "probe": _probe}[args.tool](args, out)
     except UserError as e:
         print(f"bertology.analyze: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    out = pathlib.Path(args.out or pathlib.Path(args.checkpoint) / "analysis")
-    name = "".join(c if c.isalnum() else "_" for c in args.word)
-    atomic_write(out / f"similarity_{name}.json", json.dumps(result, indent=2))
-    plot(result, out / f"similarity_{name}.png")
-    for r in result["layers"]:
-        print(f"layer {r['layer']:2d}: self-similarity {r['self_similarity']:.3f} | anisotropy {r['anisotropy']:.3f} "
-              f"| adjusted {r['adjusted']:.3f}")
-    print(f"wrote {out}/similarity_{name}.json and .png")
     return 0
 
 

@@ -22,8 +22,9 @@ sentence per line and writes an .npz with `sentence` [n, H], `tokens` [n, max_se
 from __future__ import annotations
 
 import pathlib
+import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from absl import flags
@@ -43,9 +44,6 @@ def extract(
     """{'tokens', 'sentence', 'input_ids', 'input_mask'} for `texts` under the checkpoint's encoder."""
     import jax
 
-    from bertology.models import tasks
-    from bertology.models.transformer import last_real
-
     trunk, variables, arrays, n_layers, causal = _trunk(checkpoint, texts, max_seq_length)
     if any(not -n_layers <= i < n_layers for i in layers):
         raise UserError(f"layers {list(layers)} out of range for {n_layers - 1} layers; use 0..{n_layers - 1} or negative")
@@ -55,9 +53,7 @@ def extract(
         out = trunk.apply(variables, batch)["layers"]
         tokens = sum(out[i] for i in layers) / len(layers)
         tokens = tokens * batch["input_mask"][..., None]
-        if causal:
-            return tokens, last_real(tokens, batch["input_mask"])
-        return tokens, tasks.masked_mean(tokens, batch["input_mask"])
+        return tokens, _sentence(tokens, batch["input_mask"], causal)
 
     tokens, sentence = [], []
     for start in range(0, len(texts), batch_size):
@@ -68,33 +64,102 @@ def extract(
             "input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
 
 
-def layer_states(checkpoint: str | pathlib.Path, texts: Sequence[str], *, max_seq_length: int = 128,
-                 batch_size: int = 32) -> dict[str, np.ndarray]:
+def layer_states(checkpoint: str | pathlib.Path, texts: Sequence[str] | Sequence[Sequence[str]], *,
+                 max_seq_length: int = 128, batch_size: int = 32) -> dict[str, np.ndarray]:
     """{'layers' [n, layers, max_seq_length, H] (every layer of the trunk, 0 the embeddings; zero at
-    padding), 'input_ids', 'input_mask'}: what the analysis tools read (`bertology.analyze`)."""
+    padding), 'sentence' [n, layers, H] (each layer's sentence vector, as `extract` gives it),
+    'input_ids', 'input_mask'}: what the analysis tools read (`bertology.analysis`).
+
+    A sentence given as its words (a list of strings, as tagged corpora have it) is encoded word by
+    word as token tagging encodes it (`tasks.encode.encode_words`), and the result has
+    'word_index' [n, max_seq_length]: the word each position starts, -1 elsewhere (its later
+    pieces, the specials, padding, and words cut off at max_seq_length)."""
+    import jax
+    import jax.numpy as jnp
+
+    trunk, variables, arrays, _, causal = _trunk(checkpoint, texts, max_seq_length)
+    words = arrays.pop("word_index", None)
+
+    @jax.jit
+    def run(batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+        layers = jnp.stack(trunk.apply(variables, batch)["layers"], 1) * batch["input_mask"][:, None, :, None]
+        return layers, jax.vmap(lambda x: _sentence(x, batch["input_mask"], causal), 1, 1)(layers)
+
+    out = [jax.device_get(run({k: v[i:i + batch_size] for k, v in arrays.items()}))
+           for i in range(0, len(texts), batch_size)]
+    states = {"layers": np.concatenate([o[0] for o in out]), "sentence": np.concatenate([o[1] for o in out]),
+              "input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
+    return states if words is None else {**states, "word_index": words}
+
+
+def _sentence(tokens: Any, mask: Any, causal: bool) -> Any:
+    """The sentence vector of each row of `tokens` [b, L, H] (module docstring): the mean over
+    its real tokens, or a causal trunk's last real token."""
+    from bertology.models import tasks
+    from bertology.models.transformer import last_real
+
+    return last_real(tokens, mask) if causal else tasks.masked_mean(tokens, mask)
+
+
+def attention_maps(checkpoint: str | pathlib.Path, texts: Sequence[str], *, max_seq_length: int = 128,
+                   batch_size: int = 32) -> Iterator[dict[str, np.ndarray]]:
+    """Per batch of `texts`: {'attention' [b, layers, heads, max_seq_length, max_seq_length] (each
+    layer's softmax over the keys it may see, the rows of padding queries zero), 'input_ids',
+    'input_mask'}, from the trunk fine-tuning builds, as `layer_states` reads its layers. Batches,
+    not one array: the maps of a few hundred sentences of BERT-base outgrow memory.
+
+    The maps are what every attention layer sows (`attention.sow`), in layer order: a layer
+    shared by the stack (ALBERT) gives one map per application, a scanned stack one per layer. A
+    trunk whose attention sows none (relative attention of its own, block-sparse) is refused."""
     import jax
     import jax.numpy as jnp
 
     trunk, variables, arrays, _, _ = _trunk(checkpoint, texts, max_seq_length)
 
-    @jax.jit
-    def run(batch: dict[str, Any]) -> jax.Array:
-        return jnp.stack(trunk.apply(variables, batch)["layers"], 1) * batch["input_mask"][:, None, :, None]
+    def maps(batch: dict[str, Any]) -> jax.Array:
+        _, state = trunk.apply(variables, batch, mutable=["intermediates"])
+        sown = sorted(((_natural(path), leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)
+                       if jax.tree_util.DictKey("probs") in path), key=lambda item: item[0])
+        layers = [m for _, leaf in sown for m in (leaf if leaf.ndim == 5 else leaf[None])]  # scanned: [layers, ...]
+        if not layers:
+            return jnp.zeros((0,))
+        return jnp.stack(layers, 1) * batch["input_mask"][:, None, None, :, None]
 
-    out = [np.asarray(run({k: v[i:i + batch_size] for k, v in arrays.items()})) for i in range(0, len(texts), batch_size)]
-    return {"layers": np.concatenate(out), "input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
+    first = {k: v[:1] for k, v in arrays.items()}
+    if not jax.eval_shape(maps, first).size:
+        from bertology.train.checkpoint import read_json
+
+        family = read_json(pathlib.Path(checkpoint) / "config.json", "")["model"]["family"]
+        raise UserError(f"a {family} run's attention is not the shared softmax attention whose maps this reads "
+                        "(its own relative or block-sparse attention); use a run of a BERT-style encoder, GPT or T5")
+    run = jax.jit(maps)
+    for start in range(0, len(texts), batch_size):
+        batch = {k: v[start:start + batch_size] for k, v in arrays.items()}
+        yield {"attention": np.asarray(run(batch)), "input_ids": batch["input_ids"], "input_mask": batch["input_mask"]}
 
 
-def _trunk(checkpoint: str | pathlib.Path, texts: Sequence[str], max_seq_length: int) -> tuple[Any, dict, dict, int, bool]:
+def _natural(path: tuple) -> tuple:
+    """A pytree path as a sort key in which `attention_10` follows `attention_9`."""
+    key: list[tuple[int, int | str]] = []
+    for entry in path:
+        name = getattr(entry, "key", getattr(entry, "idx", getattr(entry, "name", "")))
+        for part in re.split(r"(\d+)", str(name)):
+            key.append((0, int(part)) if part.isdigit() else (1, part))
+    return tuple(key)
+
+
+def _trunk(checkpoint: str | pathlib.Path, texts: Sequence[str] | Sequence[Sequence[str]],
+           max_seq_length: int) -> tuple[Any, dict, dict, int, bool]:
     """(the trunk fine-tuning builds, its variables with the checkpoint's weights, the encoded
-    `texts`, its number of layers, whether it is causal)."""
+    `texts` (sentences given as words: with their 'word_index', see `layer_states`), its number of
+    layers, whether it is causal)."""
     import flax.linen as nn
     import jax
 
     from bertology import models
     from bertology.data.tokenizers import for_data
     from bertology.models import tasks
-    from bertology.tasks.encode import encode_pair, stack
+    from bertology.tasks.encode import encode_pair, encode_words, stack
     from bertology.train.checkpoint import load_params
     from bertology.train.finetune import merge_pretrained
 
@@ -107,7 +172,14 @@ def _trunk(checkpoint: str | pathlib.Path, texts: Sequence[str], max_seq_length:
     family = models.family(config["model"]["family"])
     tasks.check_length(cfg, max_seq_length, "max_seq_length")
     tokenizer = for_data(config["data"])
-    arrays = stack([encode_pair(tokenizer, t, "", max_seq_length) for t in texts])
+    if isinstance(texts[0], str):
+        arrays = stack([encode_pair(tokenizer, t, "", max_seq_length) for t in texts])
+    elif family.task_inputs is not None:
+        raise UserError(f"a {config['model']['family']} run reads whole words its own way; sentences given as "
+                        "words are encoded into sub-word pieces, which it does not read")
+    else:
+        arrays = stack([encode_words(tokenizer, words, [0] * len(words), max_seq_length) for words in texts])
+        del arrays["labels"]
     if family.task_inputs is not None:  # ELMo reads each word's characters; no task kind here
         arrays = family.task_inputs(cfg, tokenizer, arrays, None)
     trunk = tasks.trunk(cfg, config["model"]["family"])  # the network fine-tuning puts under its heads

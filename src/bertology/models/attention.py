@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -147,6 +148,29 @@ def scores(q: Array, k: Array, bias: Array | None = None, scale: float | None = 
     elif scale != 1.0:
         s = s * jnp.asarray(scale, q.dtype)
     return s.astype(jnp.float32) + (0.0 if bias is None else bias.astype(jnp.float32))
+
+
+def probabilities(s: Array, allowed: Array | None = None, is_causal: bool = False) -> Array:
+    """The softmax of scores `s` [batch, heads, queries, keys] over the allowed keys (`allowed`,
+    `is_causal` as `attend` takes them); a masked key's probability is exactly 0."""
+    visible = jnp.ones((1, 1, 1, s.shape[-1]), bool) if allowed is None else allowed
+    if is_causal:
+        visible = visible & (jnp.arange(s.shape[-2])[:, None] >= jnp.arange(s.shape[-1])[None, :])
+    return jax.nn.softmax(jnp.where(visible, s, jnp.finfo(jnp.float32).min), axis=-1)
+
+
+def sow(module: nn.Module, q: Array, k: Array, allowed: Array | None, is_causal: bool, bias: Array | None = None,
+        scale: float | None = None, probs: bool = True) -> None:
+    """What an attention layer sows when its `intermediates` collection is mutable (never computed
+    otherwise): `scores` (the pre-softmax scores, float32, unmasked), which attention distillation
+    compares (TinyBERT, MobileBERT), and `probs` (their softmax over the allowed keys, the
+    attention maps `bertology.analyze attention` reads). `probs=False`: the layer's softmax is not
+    over these scores (BigBird's block-sparse pattern), so it has no maps to give."""
+    if module.is_mutable_collection("intermediates"):
+        s = scores(q, k, bias, scale)
+        module.sow("intermediates", "scores", s)
+        if probs:
+            module.sow("intermediates", "probs", probabilities(s, allowed, is_causal))
 
 
 def attend(q: Array, k: Array, v: Array, *, allowed: Array | None = None, is_causal: bool = False,
@@ -307,7 +331,7 @@ def _explicit(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bo
             visible = visible & (jnp.arange(lo, hi)[:, None] >= jnp.arange(end)[None, :])
         block_bias = None if bias is None else (bias[:, :, lo:hi, :end] if bias.shape[2] > 1 else bias[..., :end])
         s = scores(q[:, lo:hi], k[:, :end], block_bias, scale)
-        probs = dropout(jax.nn.softmax(jnp.where(visible, s, jnp.finfo(jnp.float32).min), axis=-1))
+        probs = dropout(probabilities(s, visible))
         ctx.append(jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v[:, :end]))
     return ctx[0] if blocks == 1 else jnp.concatenate(ctx, axis=1)
 

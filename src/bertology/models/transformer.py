@@ -39,7 +39,8 @@ import jax.numpy as jnp
 
 from bertology.errors import UserError
 from bertology.models import block_sparse
-from bertology.models.attention import GENERAL, FusedMask, attend, choose, scores
+from bertology.models.attention import GENERAL, FusedMask, attend, choose
+from bertology.models.attention import sow as sow_attention
 
 Array = jax.Array
 
@@ -589,9 +590,9 @@ class Attention(nn.Module):
     computes the context's keys once and reuses them. Initialise the cache by calling the model
     with `decode=True` on inputs of the full length (flax's `init` with mutable `cache`).
 
-    Applied with the `intermediates` collection mutable, it also sows its pre-softmax scores
-    (`scores`, [batch, heads, queries, keys] float32, unmasked), which attention distillation
-    (TinyBERT) compares; without it they are never computed.
+    Applied with the `intermediates` collection mutable, it also sows its pre-softmax scores and
+    their softmax (`attention.sow`: `scores` for attention distillation, `probs` for attention
+    maps); without it neither is computed.
 
     `local`: this layer's self-attention sees only the keys at most `cfg.local_attention // 2`
     positions away (the mask's `window`) and rotates by `cfg.local_rope_theta`; `pre_norm=False`:
@@ -654,8 +655,7 @@ class Attention(nn.Module):
         if terms is not None:  # a family's score terms from this layer's queries, keys and projections
             bias = terms.fn(terms.inputs, q, k, {"query": query, "key": key}, rows)
             scale = terms.scale if terms.scale is not None else scale
-        if self.is_mutable_collection("intermediates"):  # asked for (TinyBERT): never computed otherwise
-            self.sow("intermediates", "scores", scores(q, k, bias, scale))
+        sow_attention(self, q, k, allowed, is_causal, bias, scale, probs=not sparse)
         dropout = None
         if not (deterministic or cfg.attention_dropout_rate == 0.0):  # dropout needs the written-out softmax
             drop = Dropout(cfg.attention_dropout_rate)
@@ -944,7 +944,7 @@ class Stack(nn.Module):
             layer = _remat(Layer, cfg.remat, _LAYER_STATIC)
             self.layers = nn.scan(
                 layer,
-                variable_axes={"params": 0, "cache": 0},
+                variable_axes={"params": 0, "cache": 0, "intermediates": 0},
                 split_rngs={"params": True, "dropout": True},
                 in_axes=(nn.broadcast,) * 6,
                 length=n,

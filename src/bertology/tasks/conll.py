@@ -27,26 +27,36 @@ LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "
 FILES = {"train": ("train.txt", "eng.train"), "validation": ("valid.txt", "eng.testa"), "test": ("test.txt", "eng.testb")}
 
 
-def parse(path: pathlib.Path, read: builder.Read) -> Iterator[Example]:
-    read.source = str(path)
+def sentences(path: pathlib.Path, column: int = -1, layout: str = "word POS chunk NER",
+              fix: str = "use the CoNLL-2003 column files") -> Iterator[tuple[int, list[str], list[str]]]:
+    """(line number of its first word, words, tags) of each sentence of a CoNLL-style column file:
+    the word first, the tag in `column`, blank lines between sentences, `-DOCSTART-` lines
+    skipped. A line without that column is an error naming the `layout` expected and the `fix`."""
     words: list[str] = []
     tags: list[str] = []
-    n = 0
+    first = 0
     for line_no, line in enumerate([*builder.read_text(path).split("\n"), ""], 1):
         cols = line.split()
         if cols and cols[0] != "-DOCSTART-":
-            if len(cols) < 2:
-                raise UserError(f"{path}:{line_no}: {line.strip()!r} is not 'word POS chunk NER'; "
-                                "use the CoNLL-2003 column files")
-            if cols[-1] not in LABELS:
-                raise UserError(f"{path}:{line_no}: unknown NER tag {cols[-1]!r}; expected one of {LABELS}")
+            if len(cols) < 2 or not -len(cols) <= column < len(cols):
+                raise UserError(f"{path}:{line_no}: {line.strip()!r} is not '{layout}'; {fix}")
+            first = first or line_no
             words.append(cols[0])
-            tags.append(cols[-1])
+            tags.append(cols[column])
         elif words:
-            iob2 = conll_metrics.to_iob2(tags)
-            read.convert("IOB1 entity starts retagged B- (IOB2)", sum(a != b for a, b in zip(tags, iob2)))
-            yield {"idx": n, "tokens": words, "tags": [LABELS.index(t) for t in iob2]}
-            n, words, tags = n + 1, [], []
+            yield first, words, tags
+            first, words, tags = 0, [], []
+
+
+def parse(path: pathlib.Path, read: builder.Read) -> Iterator[Example]:
+    read.source = str(path)
+    for n, (first, words, tags) in enumerate(sentences(path)):
+        unknown = next((i for i, t in enumerate(tags) if t not in LABELS), None)
+        if unknown is not None:
+            raise UserError(f"{path}:{first + unknown}: unknown NER tag {tags[unknown]!r}; expected one of {LABELS}")
+        iob2 = conll_metrics.to_iob2(tags)
+        read.convert("IOB1 entity starts retagged B- (IOB2)", sum(a != b for a, b in zip(tags, iob2)))
+        yield {"idx": n, "tokens": words, "tags": [LABELS.index(t) for t in iob2]}
 
 
 def _find(root: pathlib.Path, split: str) -> pathlib.Path | None:

@@ -24,7 +24,7 @@ Built as Hugging Face's `MobileBertForPreTraining` builds it (transformers 4.57
 The stack is MobileBERT's own (its blocks have three widths); it reuses the core's dense and norm
 helpers, dropout, heads projections and `Mask`, and its attention is the core's `attend` over
 its own projections; with the `intermediates` collection mutable it sows its pre-softmax scores
-as the core's `Attention` does, so distillation reads both networks alike (`families/mobilebert/objective.py`).
+and attention maps as the core's `Attention` does, so distillation reads both networks alike (`families/mobilebert/objective.py`).
 Fine-tuning and features (`task_trunk`) run this stack's `Encoder`: its `pooled` is HF's
 `MobileBertPooler` (dense + tanh on the first token, or the token itself without
 `classifier_activation`), what `MobileBertForSequenceClassification` classifies; `sequence` is what
@@ -43,7 +43,8 @@ import ml_collections
 
 from bertology.errors import UserError
 from bertology.models import Family, encoder_config, flops, layout, transformer_config
-from bertology.models.attention import GENERAL, attend, scores
+from bertology.models.attention import GENERAL, attend
+from bertology.models.attention import sow as sow_attention
 from bertology.models.heads import ClassifierHead, add_vocab_bias
 from bertology.models.transformer import (
     Dropout,
@@ -186,9 +187,8 @@ class Attention(nn.Module):
         q = HeadsDense(_width(cfg, qk.shape[-1], d), to_heads=True, name="query")(queries)
         k = HeadsDense(_width(cfg, qk.shape[-1], d), to_heads=True, name="key")(qk)
         v = HeadsDense(_width(cfg, values.shape[-1], d), to_heads=True, name="value")(values)
-        if self.is_mutable_collection("intermediates"):  # asked for (distillation): as the core sows them
-            self.sow("intermediates", "scores", scores(q, k))
         allowed, _ = mask.lower(rows)
+        sow_attention(self, q, k, allowed, False)  # as the core's layers do (distillation, attention maps)
         drop = Dropout(cfg.attention_dropout_rate)  # built even when unused: the output dropout's name follows it
         dropout = (None if deterministic or cfg.attention_dropout_rate == 0.0
                    else lambda probs: drop(probs.astype(q.dtype), deterministic=False))

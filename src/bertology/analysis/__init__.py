@@ -1,0 +1,3 @@
+"""The analysis tools behind `python -m bertology.analyze`, one module each: contextual
+similarity (`similarity`), attention maps and head statistics (`attention`), probing classifiers
+(`probe`); `plots` holds what their figures share."""
