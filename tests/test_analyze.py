@@ -312,3 +312,38 @@ def test_probe_cli_writes_json_and_plot_and_refuses_in_one_line(tmp_path, capsys
     assert analyze.main([*args, f"--train={train}", f"--test={test}", "--column=5"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"bertology.analyze: error: {train}:3: ") and line.endswith("fix --column")
+
+
+# --- training curves ------------------------------------------------------------------------------
+
+def _metrics(run, rows):
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_curves_read_each_step_as_the_run_left_it_and_smooth_them(tmp_path, capsys):
+    """A run resumed from step 2 rewrote steps 3-4 (the later rows win); evaluation rows without
+    the metric are skipped; the moving average is numpy's over the window."""
+    from bertology.analysis import curves
+
+    a = _metrics(tmp_path / "a", [{"step": s, "time": 0, "loss": 10.0 - s} for s in range(1, 5)]
+                 + [{"step": 4, "time": 1, "eval_accuracy": 0.5}]
+                 + [{"step": s, "time": 2, "loss": 20.0 + s} for s in (3, 4, 5)])
+    b = _metrics(tmp_path / "b", [{"step": s, "time": 0, "loss": 1.0 / s} for s in range(1, 4)])
+    read = curves.read({"resumed": a, "other": b}, "loss")
+    assert read["resumed"] == {"steps": [1, 2, 3, 4, 5], "values": [9.0, 8.0, 23.0, 24.0, 25.0]}
+    assert read["other"]["values"] == [1.0, 0.5, 1 / 3]
+    values = read["resumed"]["values"]
+    want = [np.mean(values[max(0, i - 2):i + 1]) for i in range(len(values))]
+    np.testing.assert_allclose(curves.moving_average(values, 3), want)
+    assert analyze.main(["curves", "--runs", f"resumed={a}", f"other={b}", "--smooth=3"]) == 0
+    saved = json.loads((a / "analysis" / "curves_loss.json").read_text())
+    assert saved["summary"]["resumed"] == {"first": 9.0, "last": 24.0, "steps": 5}
+    assert (a / "analysis" / "curves_loss.png").read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+    assert analyze.main(["curves", "--runs", f"resumed={a}", "--metric=accuracy"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"bertology.analyze: error: run resumed ({a}) never logged 'accuracy'; it logged eval_accuracy, loss"
+    assert analyze.main(["curves", "--runs", str(a)]) == 2
+    assert "is not LABEL=WORKDIR" in capsys.readouterr().err

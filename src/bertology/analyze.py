@@ -7,6 +7,7 @@ head looks, and what a linear probe can read off each layer.
         [--column -1]
     python -m bertology.analyze probe --checkpoint runs/tiny --kind sentences --train train.tsv --test dev.tsv \
         [--text_column sentence] [--label_column label]
+    python -m bertology.analyze curves --runs scratch=runs/ft_scratch pretrained=runs/ft_tiny [--metric loss]
 
 Every tool takes [--out DIR] (default CHECKPOINT/analysis) and [--max_seq_length 128], reads the
 layers of the trunk fine-tuning uses (any family's checkpoint: BERT-style encoders, GPT, the T5
@@ -17,7 +18,10 @@ encoder), and writes a JSON file of its numbers and PNG plots:
   [CLS]/[SEP]/punctuation/the neighbours and entropy -> attention.json, attention_heads.png,
   and every head's map of sentence --show -> attention_sentence<N>.png;
 - `probe` (linear probes with Hewitt & Liang's control task; `bertology.analysis.probe`):
-  held-out accuracy by layer -> probe_<kind>.json and .png.
+  held-out accuracy by layer -> probe_<kind>.json and .png;
+- `curves` (`bertology.analysis.curves`): several runs' logged metric on one plot (fine-tuning
+  from a pretrained run against from scratch, Hao et al. 2019) -> curves_<metric>.json and .png
+  (--out defaults to the first run's analysis/; it reads metrics.jsonl, not checkpoints).
 Errors are one line.
 """
 
@@ -59,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--column", type=int, default=-1, help="tokens: the tag's column (-1: the last, NER in CoNLL-2003)")
     r.add_argument("--text_column", default="sentence", help="sentences: the text's column")
     r.add_argument("--label_column", default="label", help="sentences: the label's column")
+    c = sub.add_parser("curves", help="several runs' logged metric on one plot")
+    c.add_argument("--runs", required=True, nargs="+", help="LABEL=WORKDIR for each run, e.g. scratch=runs/a")
+    c.add_argument("--metric", default="loss", help="a key of the runs' metrics.jsonl")
+    c.add_argument("--smooth", type=int, default=20, help="the moving average's window, in logged steps")
+    c.add_argument("--out", help="where the .json and .png go (default: the first run's analysis/)")
     return p
 
 
@@ -118,11 +127,35 @@ def _probe(args: argparse.Namespace, out: pathlib.Path) -> None:
     print(f"majority label: {result['majority']:.3f}; wrote {out}/probe_{args.kind}.json and .png")
 
 
+def _curves(args: argparse.Namespace, out: pathlib.Path) -> None:
+    from bertology.analysis import curves
+
+    runs = {}
+    for item in args.runs:
+        label, sep, run = item.partition("=")
+        if not sep or not label or not run:
+            raise UserError(f"--runs {item!r} is not LABEL=WORKDIR; e.g. --runs scratch=runs/a pretrained=runs/b")
+        runs[label] = pathlib.Path(run)
+    if args.smooth < 1:
+        raise UserError(f"--smooth={args.smooth}; the moving average needs a window of at least 1 step")
+    read = curves.read(runs, args.metric)
+    name = "".join(c if c.isalnum() else "_" for c in args.metric)
+    summary = curves.summary(read, args.smooth)
+    atomic_write(out / f"curves_{name}.json", json.dumps({"metric": args.metric, "runs": {k: str(v) for k, v in runs.items()},
+                                                           "summary": summary, "curves": read}, indent=2))
+    curves.plot(read, args.metric, args.smooth, out / f"curves_{name}.png")
+    for label, s in summary.items():
+        print(f"{label}: {args.metric} {s['first']:.4f} -> {s['last']:.4f} over {s['steps']:.0f} steps "
+              f"(means of {args.smooth} logged steps)")
+    print(f"wrote {out}/curves_{name}.json and .png")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    out = pathlib.Path(args.out or pathlib.Path(args.checkpoint) / "analysis")
+    first = args.runs[0].partition("=")[2] if args.tool == "curves" else args.checkpoint
+    out = pathlib.Path(args.out or pathlib.Path(first) / "analysis")
     try:
-        {"similarity": _similarity, "attention": _attention, "probe": _probe}[args.tool](args, out)
+        {"similarity": _similarity, "attention": _attention, "probe": _probe, "curves": _curves}[args.tool](args, out)
     except UserError as e:
         print(f"bertology.analyze: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

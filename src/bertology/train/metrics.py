@@ -79,11 +79,7 @@ class MetricsWriter:
         if not self.enabled:
             return {}
         self._jsonl.flush()
-        merged: dict[int, dict[str, float]] = {}
-        for line in pathlib.Path(self._jsonl.name).read_text().splitlines():
-            row = json.loads(line)
-            merged.setdefault(row.pop("step"), {}).update(row)
-        return dict(sorted(merged.items()))
+        return read_steps(pathlib.Path(self._jsonl.name))
 
     def flush(self) -> None:
         """Make everything written so far visible in the workdir (a copy, for object storage)."""
@@ -95,6 +91,16 @@ class MetricsWriter:
             self._jsonl.close()
             self._tb.close()
             self.flush()
+
+
+def read_steps(path: pathlib.Path) -> dict[int, dict[str, float]]:
+    """The steps of a metrics.jsonl in order, each step's rows merged; a step written twice (a run
+    resumed from a checkpoint before it) keeps the later values, those of the run that went on."""
+    merged: dict[int, dict[str, float]] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        merged.setdefault(row.pop("step"), {}).update(row)
+    return dict(sorted(merged.items()))
 
 
 def is_remote(path: str | pathlib.Path | epath.Path) -> bool:
