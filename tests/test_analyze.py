@@ -347,3 +347,45 @@ def test_curves_read_each_step_as_the_run_left_it_and_smooth_them(tmp_path, caps
     assert line == f"bertology.analyze: error: run resumed ({a}) never logged 'accuracy'; it logged eval_accuracy, loss"
     assert analyze.main(["curves", "--runs", str(a)]) == 2
     assert "is not LABEL=WORKDIR" in capsys.readouterr().err
+
+
+# --- loss surfaces ---------------------------------------------------------------------------------
+
+def test_loss_surfaces_are_the_training_loss_from_start_to_end_and_around_it(pretrained, tmp_path, capsys):
+    """A tiny BERT fine-tuned on the SST-2 fixture: the line's end is numpy's cross-entropy of the
+    run's final model over its training rows; its start holds the pretrained trunk and is worse;
+    the plane's centre is the end; the directions keep each column's norm; the CLI writes its
+    files and refuses a pretraining run in one line."""
+    from bertology.analysis import surface
+    from bertology.train.checkpoint import load_params
+
+    run = tmp_path / "ft"
+    helpers.sst2_from(pretrained, run, steps=20, max_seq_length=32, drop=0.05)
+    result = surface.surfaces(run, points=4, grid=1, span=0.5)
+    assert result["alphas"] == [-0.25, 0.0, 0.25, 0.5, 0.75, 1.0, 1.25] and result["coordinates"] == [-0.5, 0.0, 0.5]
+    line = dict(zip(result["alphas"], result["line"]))
+    start, end, model, _, batches = surface.endpoints(run)
+    logits = np.concatenate([np.asarray(model.apply({"params": end}, b, deterministic=True)["logits"]) for b in batches])
+    labels = np.concatenate([b["label"] for b in batches])
+    logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
+    assert line[1.0] == pytest.approx(-logp[np.arange(len(labels)), labels].mean(), rel=1e-5)
+    assert result["training_rows"] == len(labels) == 10
+    assert line[0.0] > line[1.0] + 0.05  # fine-tuning lowered the training loss
+    trunk = load_params(pretrained)[0]["encoder"]
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(start["encoder"]), jax.tree.leaves(trunk)))
+    assert result["plane"][1][1] == line[1.0]
+    d = surface.filter_normalised(end, 0)
+    for x, u in zip(jax.tree.leaves(end), jax.tree.leaves(d)):
+        x = np.asarray(x, np.float64)
+        if x.ndim < 2:
+            assert not u.any()
+        else:
+            axes = tuple(range(x.ndim - 1))
+            np.testing.assert_allclose(np.linalg.norm(u, axis=axes), np.linalg.norm(x, axis=axes), rtol=1e-9)
+    assert analyze.main(["surface", f"--checkpoint={run}", "--points=2", "--grid=1"]) == 0
+    for name in ("surface.json", "surface_1d.png", "surface_2d.png"):
+        assert (run / "analysis" / name).stat().st_size > 0
+    capsys.readouterr()
+    assert analyze.main(["surface", f"--checkpoint={pretrained}"]) == 2
+    (line_,) = capsys.readouterr().err.strip().splitlines()
+    assert line_.startswith("bertology.analyze: error: ") and "is a pretraining run" in line_

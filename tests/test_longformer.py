@@ -431,7 +431,7 @@ def test_a_classification_fine_tune_reads_the_whole_row_through_cls(tmp_path):
     c.data.update(long_range_tokens=128, long_range_prefix=32, long_range_train=4, long_range_eval=2,
                   max_seq_length=128, cache_dir=str(tmp_path))
     c.model.update(num_layers=1, attention_window=[8], max_position_embeddings=130)
-    job = finetune._encoder_job(c, tasks.get("long_range"))
+    job = finetune.encoder_job(c, tasks.get("long_range"))
     example = {k: np.asarray(v) for k, v in job.example.items()}
     flags = example["global_attention_mask"]
     assert flags.shape == (1, 128) and flags[0, 0] == 1 and flags.sum() == 1

@@ -8,6 +8,7 @@ head looks, and what a linear probe can read off each layer.
     python -m bertology.analyze probe --checkpoint runs/tiny --kind sentences --train train.tsv --test dev.tsv \
         [--text_column sentence] [--label_column label]
     python -m bertology.analyze curves --runs scratch=runs/ft_scratch pretrained=runs/ft_tiny [--metric loss]
+    python -m bertology.analyze surface --checkpoint runs/ft_tiny [--points 20] [--grid 5] [--span 1.0] [--rows 1024]
 
 Every tool takes [--out DIR] (default CHECKPOINT/analysis) and [--max_seq_length 128], reads the
 layers of the trunk fine-tuning uses (any family's checkpoint: BERT-style encoders, GPT, the T5
@@ -21,7 +22,10 @@ encoder), and writes a JSON file of its numbers and PNG plots:
   held-out accuracy by layer -> probe_<kind>.json and .png;
 - `curves` (`bertology.analysis.curves`): several runs' logged metric on one plot (fine-tuning
   from a pretrained run against from scratch, Hao et al. 2019) -> curves_<metric>.json and .png
-  (--out defaults to the first run's analysis/; it reads metrics.jsonl, not checkpoints).
+  (--out defaults to the first run's analysis/; it reads metrics.jsonl, not checkpoints);
+- `surface` (Hao et al. 2019; `bertology.analysis.surface`): a fine-tuning run's training loss
+  from its start to its end and on a random filter-normalised plane around its end ->
+  surface.json, surface_1d.png and surface_2d.png.
 Errors are one line.
 """
 
@@ -63,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--column", type=int, default=-1, help="tokens: the tag's column (-1: the last, NER in CoNLL-2003)")
     r.add_argument("--text_column", default="sentence", help="sentences: the text's column")
     r.add_argument("--label_column", default="label", help="sentences: the label's column")
+    f = tool("surface", "a fine-tuning run's training loss from start to end and around its end")
+    f.add_argument("--points", type=int, default=20, help="steps from start to end (and a quarter beyond each)")
+    f.add_argument("--grid", type=int, default=5, help="steps from the plane's centre to each edge")
+    f.add_argument("--span", type=float, default=1.0, help="the plane's half-width, in filter-normalised units")
+    f.add_argument("--rows", type=int, default=1024, help="the training rows the loss is over (the first N; 0: all)")
     c = sub.add_parser("curves", help="several runs' logged metric on one plot")
     c.add_argument("--runs", required=True, nargs="+", help="LABEL=WORKDIR for each run, e.g. scratch=runs/a")
     c.add_argument("--metric", default="loss", help="a key of the runs' metrics.jsonl")
@@ -150,12 +159,29 @@ def _curves(args: argparse.Namespace, out: pathlib.Path) -> None:
     print(f"wrote {out}/curves_{name}.json and .png")
 
 
+def _surface(args: argparse.Namespace, out: pathlib.Path) -> None:
+    from bertology.analysis import surface
+
+    result = surface.surfaces(args.checkpoint, points=args.points, grid=args.grid, span=args.span,
+                              rows=args.rows or None)
+    atomic_write(out / "surface.json", json.dumps(result, indent=2))
+    surface.plot(result, f"{pathlib.Path(args.checkpoint).name}: {result['training_rows']} training rows",
+                 out / "surface_1d.png", out / "surface_2d.png")
+    line = dict(zip(result["alphas"], result["line"]))
+    middle = result["plane"][len(result["plane"]) // 2][len(result["plane"]) // 2]
+    print(f"training loss at the start {line[0.0]:.4f}, at the end {line[1.0]:.4f}; plane: {np.min(result['plane']):.4f}"
+          f"..{np.max(result['plane']):.4f} (centre {middle:.4f})")
+    print(f"wrote {out}/surface.json, surface_1d.png and surface_2d.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     first = args.runs[0].partition("=")[2] if args.tool == "curves" else args.checkpoint
     out = pathlib.Path(args.out or pathlib.Path(first) / "analysis")
     try:
-        {"similarity": _similarity, "attention": _attention, "probe": _probe, "curves": _curves}[args.tool](args, out)
+        tools = {"similarity": _similarity, "attention": _attention, "probe": _probe, "curves": _curves,
+                 "surface": _surface}
+        tools[args.tool](args, out)
     except UserError as e:
         print(f"bertology.analyze: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -205,11 +205,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     (and predictions) and return the results. A run stopped by SIGTERM returns {"preempted": True, ...}.
 
     Every task kind runs this one loop; what differs is its `Job`: an encoder with a head
-    (`_encoder_job`, the kinds of `bertology.tasks.kinds`) or a whole seq2seq model (`_seq2seq_job`)."""
+    (`encoder_job`, the kinds of `bertology.tasks.kinds`) or a whole seq2seq model (`_seq2seq_job`)."""
     workdir = pathlib.Path(workdir)
     config = ml_collections.ConfigDict(config.to_dict())
     task = tasks.get(config.task)
-    job = (_seq2seq_job if task.kind == "seq2seq" else _encoder_job)(config, task)
+    job = (_seq2seq_job if task.kind == "seq2seq" else encoder_job)(config, task)
     config = job.config
     t0 = time.time()
     with run_lib.setup(config, workdir, model=job.model, objective=job.objective, example=job.example,
@@ -239,7 +239,7 @@ def _training_splits(config: ml_collections.ConfigDict, task: tasks.Task) -> dic
     return splits
 
 
-def _encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
+def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
     """An encoder (pretrained, or fresh from `model`) under the task kind's head."""
     if config.mode not in MODES:
         raise UserError(f"mode={config.mode!r} is unknown; use one of {MODES}")
