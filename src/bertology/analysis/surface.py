@@ -41,6 +41,9 @@ def endpoints(run: str | pathlib.Path, rows: int | None = None) -> tuple[Any, An
                                                  "pass the --workdir of a bertology fine-tuning run"))
     if "task" not in config:
         raise UserError(f"{run} is a pretraining run; loss surfaces are of fine-tuning runs (bertology.finetune)")
+    if config.get("teacher_checkpoint"):
+        raise UserError(f"{run} learned a teacher's predictions (teacher_checkpoint); its loss needs the teacher, "
+                        "so loss surfaces read runs trained on the labels")
     task = tasks.get(config.task)
     if task.kind == "seq2seq":
         raise UserError(f"task {task.name} fine-tunes a whole sequence-to-sequence model; loss surfaces read "
