@@ -63,12 +63,12 @@ def loss_function(model: Any, objective: Any, batches: list[dict[str, np.ndarray
     and divided once, as held-out evaluation sums them (`Run.evaluator`)."""
     import jax
 
+    from bertology.objectives import summed
+
     terms = jax.jit(lambda p, b: objective.terms(p, b, None, model))
 
     def loss(params: Any) -> float:
-        parts = [jax.device_get(terms(params, b)) for b in batches]
-        total = jax.tree.map(lambda *xs: np.sum(np.asarray(xs, np.float64), axis=0), *parts)
-        return float(objective.metrics(total)["loss"])
+        return float(objective.metrics(summed([jax.device_get(terms(params, b)) for b in batches]))["loss"])
 
     return loss
 

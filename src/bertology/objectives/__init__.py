@@ -45,11 +45,12 @@ import dataclasses
 import functools
 import importlib
 import inspect
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bertology.errors import UserError
 from bertology.models.transformer import TransformerConfig
@@ -205,6 +206,12 @@ def _tied_nll_bwd(vocab: int, residuals: tuple, g: tuple[Array, Array]) -> tuple
 
 
 tied_logits_nll.defvjp(_tied_nll_fwd, _tied_nll_bwd)
+
+
+def summed(parts: Sequence[Terms]) -> Terms:
+    """Several batches' Terms (on the host) as one: every mean's total and weight added in
+    float64, so `Objective.metrics` of the result divides once and batches weigh by what they hold."""
+    return jax.tree.map(lambda *xs: np.sum(np.asarray(xs, np.float64), axis=0), *parts)
 
 
 def divided(means: Mapping[str, Mean]) -> dict[str, Array]:

@@ -68,7 +68,7 @@ from bertology.data.embedded import DEFAULT_VOCAB
 from bertology.data.tokenizers import for_data
 from bertology.errors import SIGTERM_RECEIVED, Diverged, UserError
 from bertology.files import atomic_write
-from bertology.objectives import Objective, Terms
+from bertology.objectives import Objective, Terms, summed
 from bertology.train import sharding
 from bertology.train.checkpoint import DIVERGENCE_HINT, Checkpointer, check_shapes
 from bertology.train.distributed import any_process
@@ -379,8 +379,7 @@ class Run:
             for b in batches:
                 t, carry = self.eval_step(params, self.shard(b), carry)
                 terms.append(jax.device_get(t))
-            total = jax.tree.map(lambda *xs: np.sum(np.asarray(xs, np.float64), axis=0), *terms)
-            return {k: float(v) for k, v in self.objective.metrics(total).items()}
+            return {k: float(v) for k, v in self.objective.metrics(summed(terms)).items()}
 
         return evaluate
 
