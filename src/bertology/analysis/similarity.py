@@ -45,7 +45,7 @@ def unit(vectors: np.ndarray) -> np.ndarray:
 
 
 def self_similarity(checkpoint: str | pathlib.Path, texts: Sequence[str], word: str, *, max_seq_length: int = 128,
-               seed: int = 0) -> dict[str, Any]:
+                    seed: int = 0) -> dict[str, Any]:
     """{'word', 'contexts', 'layers': [{'layer', 'self_similarity', 'anisotropy', 'adjusted'}]}."""
     from bertology import models
     from bertology.data.tokenizers import for_data
