@@ -1,8 +1,8 @@
 """Train-step speed on the accelerator at hand: ours against Hugging Face PyTorch, taking turns.
 
-    python -m benchmarks.accelerator [--cases bert128,bert512,bert512_xla,gpt2,t5] [--steps 10]
+    python -m benchmarks.accelerator [--cases bert128,bert512,bert512_xla,gpt2,t5,t5_cudnn] [--steps 10]
                                      [--vocab_multiple 128] [--profile] [--hlo DIR]
-                                     [--out runs/benchmarks]
+                                     [--variant NAME:OPTION=VALUE,...] [--out runs/benchmarks]
     python -m benchmarks.accelerator --smoke      # tiny shapes, float32, CPU: seconds (CI runs it)
 
 The cases are BERT-base (MLM + NSP) at 32×128 and 32×512, GPT-2 124M at 16×1024 and T5-base at
@@ -10,8 +10,9 @@ The cases are BERT-base (MLM + NSP) at 32×128 and 32×512, GPT-2 124M at 16×10
 fastest kernel for its mask on this platform: cuDNN on NVIDIA GPUs, splash on TPU) and BERT 32×512
 also with `xla`, to show what the kernel buys. The fused kernels take no attention dropout, so
 the BERT and GPT cases run their recipe with attention dropout 0 (MosaicBERT's; hidden dropout
-stays 0.1); T5, whose bucket bias keeps it on xla, keeps its own. The reference runs the same
-config. Each case's step and the reference's
+stays 0.1); T5, whose bucket bias keeps `auto` on xla, keeps its own, and `t5_cudnn` runs it with
+attention dropout 0 on cuDNN, which adds the bias and returns its gradient. The reference runs the
+same config. Each case's step and the reference's
 (`benchmarks.reference_torch`: transformers with SDPA attention, bf16 autocast, the same AdamW
 step and clipping) take turns of `--chunk` steps, so a clock or load change hits both alike;
 within a turn the host queues each step while the device runs the last, as in training (the
@@ -24,7 +25,13 @@ ratio to PyTorch, the setup time (trace, probe and compile) apart from the step 
 memory (ours: XLA's plan for the step, arguments + temporaries; theirs: PyTorch's allocator
 peak), and the versions. Compiles go through JAX's persistent cache (--cache_dir), so a second
 run on the same machine skips them. `--profile` traces three steps of ours per case with
-jax.profiler and prints where the device time went (kernel classes and the top kernels).
+jax.profiler and prints where the device time went (kernel classes, the top kernels, kernels per
+step; every kernel's time goes to `--out/profile_<case>.json`).
+
+`--variant NAME:OPTION=VALUE,...` (repeatable) also compiles each case's step with those XLA
+options (`compiled(compiler_options=...)`, e.g. `triton_off:xla_gpu_enable_triton_gemm=false`)
+and times it in the same turns as the default compile, one extra row per variant: an A/B of
+compiler flags in one process, without a second run's setup.
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ class Case:
     backend: str = "auto"
     vocab: int = 0  # 0: the recipe's released vocabulary
     fused_recipe: bool = True  # attention dropout 0, as the fused kernels need; False: the recipe's own
+    reference: bool = True  # False: Hugging Face has no config for it
 
     @property
     def kind(self) -> str:
@@ -84,6 +92,9 @@ CASES = (
     Case("gpt2", "gpt", "gpt2", 16, 1024, vocab=50257),
     # T5's learned bucket bias keeps it on xla (`attention.choose`), so it keeps its recipe's dropout
     Case("t5", "t5", "base", 32, 512, target=128, vocab=32128, fused_recipe=False),
+    # the same with attention dropout 0 on cuDNN, which takes the bucket bias and returns its
+    # gradient; HF's T5 has one dropout rate for both, so this one has no reference
+    Case("t5_cudnn", "t5", "base", 32, 512, target=128, vocab=32128, backend="cudnn", reference=False),
 )
 SMOKE = (
     Case("bert128", "bert", "tiny", 2, 128, predictions=20, vocab=512),
@@ -99,7 +110,8 @@ def peak_flops(kind: str) -> float | None:
 
 def versions() -> dict[str, str]:
     """jax, jaxlib and CUDA/cuDNN as jax sees them; torch and transformers."""
-    out = {"jax": jax.__version__, "backend": jax.default_backend(), "device": jax.devices()[0].device_kind}
+    out = {"jax": jax.__version__, "backend": jax.default_backend(), "device": jax.devices()[0].device_kind,
+           "xla_flags": os.environ.get("XLA_FLAGS", "")}
     try:
         from jax._src.lib import cuda_versions
 
@@ -158,16 +170,17 @@ def chosen_backend(case: Case, config: Any) -> str:
 
 
 def ours_step(config: Any, batch: dict[str, np.ndarray], max_bytes: float | None = None,
-              hlo: pathlib.Path | None = None) -> tuple[Callable[..., None] | None, float, Any]:
+              hlo: pathlib.Path | None = None, options: dict[str, Any] | None = None,
+              ) -> tuple[Callable[..., None] | None, float, Any]:
     """(one step of ours, returning once done unless called with wait=False; setup seconds: build,
     init, trace, probes and compile; XLA's memory plan for the step, `CompiledMemoryStats` or None
     where the backend has none). The step is None, and never run, where the plan (arguments +
     temporaries) exceeds `max_bytes`. `hlo`: write the compiled program's text there (the fusion
-    names the profile's kernels carry)."""
+    names the profile's kernels carry). `options`: XLA compiler options for this compile."""
     start = time.perf_counter()
     jitted, state = ours(config, batch)
     device_batch, key = jax.device_put(batch), jax.random.key(0)
-    compiled = jitted.lower(state, device_batch, key).compile()
+    compiled = jitted.lower(state, device_batch, key).compile(compiler_options=options)
     if hlo is not None:
         hlo.parent.mkdir(parents=True, exist_ok=True)
         hlo.write_text(compiled.as_text())
@@ -202,9 +215,11 @@ def alternate(steps: list[Callable[..., None]], n: int, warmup: int = 2, chunk: 
     return [float(np.median(t)) for t in times]
 
 
-def kernel_profile(step: Callable[..., None], steps: int = 3, top: int = 20) -> dict[str, Any]:
-    """Where the device time of `steps` steps goes: shares by kernel class and the top kernels,
-    from jax.profiler's Perfetto trace (device events only; empty on CPU)."""
+def kernel_profile(step: Callable[..., None], steps: int = 3, top: int = 20,
+                   dump: pathlib.Path | None = None) -> dict[str, Any]:
+    """Where the device time of `steps` steps goes: shares by kernel class, the top kernels and
+    the kernel launches per step, from jax.profiler's Perfetto trace (device events only; empty
+    on CPU). `dump`: write every kernel's milliseconds per step and launches per step there."""
     with tempfile.TemporaryDirectory() as d:
         jax.profiler.start_trace(d, create_perfetto_trace=True)
         for _ in range(steps):
@@ -218,16 +233,22 @@ def kernel_profile(step: Callable[..., None], steps: int = 3, top: int = 20) -> 
     devices = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
                and any(s in str(e.get("args", {}).get("name", "")) for s in ("GPU", "TPU", "/device:"))}
     kernels: Counter = Counter()
+    launches: Counter = Counter()
     for e in events:
         if e.get("ph") == "X" and e.get("pid") in devices and "dur" in e:
             kernels[e["name"]] += e["dur"]
+            launches[e["name"]] += 1
     total = sum(kernels.values())
     if not total:
         return {}
     classes: Counter = Counter()
     for name, dur in kernels.items():
         classes[kernel_class(name)] += dur
-    return {"device_ms_per_step": total / steps / 1e3,
+    if dump is not None:
+        dump.parent.mkdir(parents=True, exist_ok=True)
+        dump.write_text(json.dumps([{"kernel": n, "class": kernel_class(n), "ms_per_step": d / steps / 1e3,
+                                     "launches_per_step": launches[n] / steps} for n, d in kernels.most_common()]))
+    return {"device_ms_per_step": total / steps / 1e3, "kernels_per_step": sum(launches.values()) / steps,
             "classes": {c: round(d / total, 3) for c, d in classes.most_common()},
             "top": [(n[:90], round(d / total, 3)) for n, d in kernels.most_common(top)]}
 
@@ -247,7 +268,10 @@ def kernel_class(name: str) -> str:
 
 
 def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: bool, reference: bool,
-            vocab_multiple: int = 1, chunk: int = 5, hlo_dir: pathlib.Path | None = None) -> dict[str, Any]:
+            vocab_multiple: int = 1, chunk: int = 5, hlo_dir: pathlib.Path | None = None,
+            variants: dict[str, dict[str, Any]] | None = None, out: pathlib.Path | None = None,
+            ) -> list[dict[str, Any]]:
+    """The case's row, then one row per compiler-option variant, all timed in the same turns."""
     config = config_of(case, dtype, vocab_multiple)
     batch = batch_of(case, config)
     tokens = batch["input_ids"].size
@@ -255,10 +279,22 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
     row: dict[str, Any] = {"case": case.name, "shape": shape, "backend": case.backend, "ran": chosen_backend(case, config),
                            "dtype": dtype, "vocab_multiple": vocab_multiple,
                            "flops_per_token": models.flops_per_token(config)}
-    step, row["setup_s"], memory = ours_step(config, batch, hlo=hlo_dir and hlo_dir / f"{case.name}.hlo.txt")
-    row["ours_bytes"] = None if memory is None else float(memory.argument_size_in_bytes + memory.temp_size_in_bytes)
-    runs = [step]
+    rows = [row] + [{**row, "case": f"{case.name}[{name}]", "options": options} for name, options in (variants or {}).items()]
+    steps_of = []
+    for r in rows:
+        hlo = hlo_dir and hlo_dir / f"{r['case']}.hlo.txt"
+        try:
+            step, r["setup_s"], memory = ours_step(config, batch, hlo=hlo, options=r.get("options"))
+        except Exception as e:  # noqa: BLE001 - a variant XLA refuses must not lose the others
+            if r is row:
+                raise
+            r["ran"] = f"failed: {type(e).__name__}: {str(e)[:200]}"
+            continue
+        r["ours_bytes"] = None if memory is None else float(memory.argument_size_in_bytes + memory.temp_size_in_bytes)
+        steps_of.append((r, step))
+    runs = [step for _, step in steps_of]
     peak_theirs: Callable[[], float | None] = lambda: None  # noqa: E731
+    reference = reference and case.reference
     if reference:
         from benchmarks import reference_torch
 
@@ -269,28 +305,32 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
         row["hf_setup_s"] = time.perf_counter() - start
         runs.append(theirs)
     seconds = alternate(runs, steps, chunk=chunk)
-    row["step_ms"] = seconds[0] * 1e3
-    row["step_ms_waiting"] = alternate(runs[:1], 3)[0] * 1e3  # waiting for every step: the launch latency
-    row["tokens_per_s"] = tokens / seconds[0]
-    row["mfu"] = row["tokens_per_s"] * row["flops_per_token"] / peak if peak else None
+    for (r, step), sec in zip(steps_of, seconds):
+        r["step_ms"] = sec * 1e3
+        r["step_ms_waiting"] = alternate([step], 3)[0] * 1e3  # waiting for every step: the launch latency
+        r["tokens_per_s"] = tokens / sec
+        r["mfu"] = r["tokens_per_s"] * r["flops_per_token"] / peak if peak else None
+        if r is not row:
+            r["vs_default"] = seconds[0] / sec
+        if profile:
+            dump = out and out / f"profile_{r['case']}.json"
+            try:
+                r["profile"] = kernel_profile(step, dump=dump)
+            except Exception as e:  # noqa: BLE001 - a profiler problem must not lose the timing
+                r["profile"] = {"failed": f"{type(e).__name__}: {str(e)[:200]}"}
     if reference:
-        row["hf_tokens_per_s"] = tokens / seconds[1]
+        row["hf_tokens_per_s"] = tokens / seconds[-1]
         row["hf_mfu"] = row["hf_tokens_per_s"] * row["flops_per_token"] / peak if peak else None
-        row["ratio"] = seconds[1] / seconds[0]
+        row["ratio"] = seconds[-1] / seconds[0]
         row["hf_bytes"] = peak_theirs()
-    if profile:
-        try:
-            row["profile"] = kernel_profile(step)
-        except Exception as e:  # noqa: BLE001 - a profiler problem must not lose the timing
-            row["profile"] = {"failed": f"{type(e).__name__}: {str(e)[:200]}"}
-    return row
+    return rows
 
 
 COLUMNS = ["case", "shape", "backend", "ran", "tokens_per_s", "mfu", "hf_tokens_per_s", "hf_mfu", "ratio", "step_ms",
-           "step_ms_waiting", "setup_s", "ours_bytes", "hf_bytes", "hf_attention"]
+           "step_ms_waiting", "setup_s", "ours_bytes", "hf_bytes", "hf_attention", "vs_default"]
 FORMATS = {"tokens_per_s": "{:,.0f}", "hf_tokens_per_s": "{:,.0f}", "mfu": "{:.1%}", "hf_mfu": "{:.1%}",
            "ratio": "{:.2f}x", "step_ms": "{:.1f}", "step_ms_waiting": "{:.1f}", "setup_s": "{:.0f}",
-           "ours_bytes": "{:.3g}", "hf_bytes": "{:.3g}"}
+           "ours_bytes": "{:.3g}", "hf_bytes": "{:.3g}", "vs_default": "{:.3f}x"}
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -306,8 +346,17 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                    "JAX_COMPILATION_CACHE_DIR names, else ~/.cache/bertology/jax_compile)")
     p.add_argument("--chunk", type=int, default=5, help="steps per turn, waiting for the device at a turn's end only")
     p.add_argument("--hlo", default=None, help="write each case's compiled program text to this directory")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:OPTION=VALUE,...",
+                   help="also time each case compiled with these XLA options (repeatable)")
     p.add_argument("--out", default="runs/benchmarks")
     args = p.parse_args(argv)
+    variants = {}
+    for spec in args.variant:
+        name, _, options = spec.partition(":")
+        pairs = [o.partition("=") for o in options.split(",") if o]
+        if not name or not pairs or any(not k or not eq for k, eq, _ in pairs):
+            p.error(f"--variant {spec!r}: write NAME:OPTION=VALUE[,OPTION=VALUE...]")
+        variants[name] = {k: {"true": True, "false": False}.get(v.lower(), v) for k, _, v in pairs}  # XLA wants bools
 
     if args.cache_dir or not jax.config.jax_compilation_cache_dir:
         jax.config.update("jax_compilation_cache_dir", args.cache_dir or os.path.expanduser("~/.cache/bertology/jax_compile"))
@@ -327,14 +376,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = []
     for case in cases:
         try:
-            row = measure(case, dtype, 2 if args.smoke else args.steps, peak, args.profile, not args.no_reference,
-                          args.vocab_multiple, args.chunk, args.hlo and pathlib.Path(args.hlo))
+            measured = measure(case, dtype, 2 if args.smoke else args.steps, peak, args.profile, not args.no_reference,
+                               args.vocab_multiple, args.chunk, args.hlo and pathlib.Path(args.hlo), variants, out)
         except Exception as e:  # noqa: BLE001 - one failing case must not lose the others' numbers
             traceback.print_exc()
-            row = {"case": case.name, "backend": case.backend, "ran": f"failed: {type(e).__name__}: {str(e)[:200]}"}
-        row.update(device=info["device"], jax=info["jax"])
-        rows.append(row)
-        report.append([row], out, "accelerator", COLUMNS, FORMATS)  # row by row: a cut-short run keeps its rows
+            measured = [{"case": case.name, "backend": case.backend, "ran": f"failed: {type(e).__name__}: {str(e)[:200]}"}]
+        for row in measured:
+            row.update(device=info["device"], jax=info["jax"])
+        rows.extend(measured)
+        report.append(measured, out, "accelerator", COLUMNS, FORMATS)  # case by case: a cut-short run keeps its rows
     with open(out / "accelerator.md", "a") as f:
         f.write(f"\n{json.dumps(info)}; peak {peak or 'unknown'} FLOP/s\n\n")
     return rows

@@ -244,6 +244,34 @@ def test_cudnn_matches_the_reference_in_bfloat16(kind):
         assert np.abs(g - w).max() <= 3e-2 * max(1.0, np.abs(w).max())
 
 
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="cuDNN attention needs an NVIDIA GPU")
+@pytest.mark.parametrize("kind", ["padding", "causal"])
+def test_cudnn_learns_a_score_bias_as_xla_does(kind):
+    """T5's learned bucket bias ([1, heads, queries, keys], unscaled q·k): cuDNN in bfloat16
+    against xla in float32, the output and the gradients of q, k, v and the bias."""
+    q, k, v, mask, visible, weights = case(kind, length=128)
+    q = q / np.sqrt(D)  # T5 folds the 1/sqrt(width) into its query weights: scores of order 1
+    bias = jnp.asarray(np.random.default_rng(1).normal(size=(1, H, 128, 128)), jnp.float32)
+    allowed, is_causal = mask.lower(None)
+    fused = mask.fused(128, None)
+
+    def go(backend, dtype):
+        def loss(q, k, v, b):
+            out = attend(*(x.astype(dtype) for x in (q, k, v)), allowed=allowed, is_causal=is_causal,
+                         bias=b.astype(dtype), scale=1.0, backend=backend, fused=fused)
+            return jnp.sum(out.astype(jnp.float32) * weights), out
+
+        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(q, k, v, bias)
+        return np.asarray(out, np.float64), [np.asarray(g, np.float64) for g in grads]
+
+    got, want = go("cudnn", jnp.bfloat16), go("xla", jnp.float32)
+    real = np.asarray(mask.keys)
+    np.testing.assert_allclose(got[0][real], want[0][real], rtol=5e-2, atol=5e-2)
+    for g, w in zip(got[1], want[1]):
+        assert np.abs(g - w).max() <= 5e-2 * max(1.0, np.abs(w).max())
+    assert np.abs(want[1][3]).max() > 0.1  # the bias does get a gradient
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "gpt"])
 def test_a_tiny_model_trains_to_the_same_losses_on_splash_as_on_xla(recipe, tmp_path):

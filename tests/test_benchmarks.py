@@ -179,3 +179,20 @@ def test_accelerator_smoke_measures_ours_against_pytorch(tmp_path):
     assert table.count("| bert128 |") == 1 and '"backend": "cpu"' in table
     assert accelerator.peak_flops("NVIDIA H100 80GB HBM3") == 989e12
     assert accelerator.peak_flops("NVIDIA H100 PCIe") == 756e12
+
+
+def test_kernels_smoke_formulations_compute_the_same_function(tmp_path):
+    """`python -m benchmarks.kernels --smoke`: every piece's formulations (the written-out
+    LayerNorm and GELU backward passes, the bias gradients) agree with the first (flax's, or
+    autodiff's) to bf16 rounding, for every output."""
+    from benchmarks import kernels
+
+    rows = kernels.main(["--smoke", "--out", str(tmp_path)])
+    assert {r["piece"] for r in rows} == set(kernels.PIECES)
+    assert {(r["piece"], r["formulation"]) for r in rows} >= {("layer_norm", "written_out"), ("gelu", "written_out"),
+                                                            ("dense", "ones_matmul"), ("bias_grad", "two_stage")}
+    for row in rows:
+        assert row["difference"] < 2e-2, row  # bf16 outputs: a few units in their last place
+        assert row["us"] > 0
+    assert (tmp_path / "kernels.md").read_text().count("| gelu |") == 2
+

@@ -47,6 +47,30 @@ Array = jax.Array
 SHARING = ("none", "all", "attention", "ffn")
 REMAT = ("none", "full", "dots_saveable")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "gated_gelu", "geglu")
+
+
+@jax.custom_vjp
+def gelu(x: Array) -> Array:
+    """The erf GELU, x·Φ(x), with its backward pass written out from x alone.
+
+    Left to autodiff, the forward pass writes three [tokens, intermediate] arrays for the backward
+    pass (x, x/2, -x/√2) and the backward pass reads them back. Here only x is kept (it is the
+    feed-forward product's output, which exists anyway) and the derivative Φ(x) + x·φ(x) is
+    recomputed in float32. Forward + backward of BERT-base's [16384, 3072] took 118 µs against
+    autodiff's 182 µs on an H100 (`benchmarks.kernels`), and 0.92 ms against 2.87 ms for
+    [256, 3072] on the 2-core CPU. The output is the same; the gradient differs by rounding.
+    """
+    return nn.gelu(x, approximate=False)
+
+
+def _gelu_bwd(x: Array, g: Array) -> tuple[Array]:
+    xf = x.astype(jnp.float32)
+    cdf = 0.5 * (1.0 + jax.lax.erf(xf * jnp.float32(2 ** -0.5)))
+    pdf = jnp.exp(-0.5 * xf * xf) * jnp.float32((2 * math.pi) ** -0.5)
+    return ((g.astype(jnp.float32) * (cdf + xf * pdf)).astype(x.dtype),)
+
+
+gelu.defvjp(lambda x: (gelu(x), x), _gelu_bwd)
 GATED = ("gated_gelu", "geglu")  # the activations whose feed-forward input is gated by a second projection
 NORMS = ("post", "pre")
 NORM_KINDS = ("layernorm", "rmsnorm")
@@ -229,7 +253,7 @@ class TransformerConfig:
         """The configured non-linearity (for `gated_gelu`, the gate's tanh-GELU; for `geglu`, the erf GELU)."""
         if self.activation == "relu":
             return nn.relu(x)
-        return nn.gelu(x, approximate=self.activation not in ("gelu", "geglu"))
+        return gelu(x) if self.activation in ("gelu", "geglu") else nn.gelu(x, approximate=True)
 
 
 def init(cfg: TransformerConfig, names: tuple[str | None, ...], scale: float = 1.0,

@@ -164,19 +164,30 @@ def chunked_token_nll(states: Array, table: Array, labels: Array, cfg: Transform
     return tuple(x.swapaxes(0, 1).reshape(rows, -1)[:, :length] for x in (nll, correct))
 
 
-def _tied_logits(h: Array, table: Array, vocab: int) -> Array:
-    """h @ table.T in h's dtype with a float32 result; the padded ids' columns -inf."""
-    logits = jnp.matmul(h, table.astype(h.dtype).T, preferred_element_type=jnp.float32)
-    if table.shape[0] == vocab:
+def _tied_logits(h: Array, table: Array) -> Array:
+    """h @ table.T in h's dtype with a float32 result, every column of the (padded) table."""
+    return jnp.matmul(h, table.astype(h.dtype).T, preferred_element_type=jnp.float32)
+
+
+def _real(logits: Array, vocab: int) -> Array:
+    """`logits` with the padded ids' columns -inf."""
+    if logits.shape[-1] == vocab:
         return logits
-    return jnp.where(jnp.arange(table.shape[0]) < vocab, logits, -jnp.inf)
+    return jnp.where(jnp.arange(logits.shape[-1]) < vocab, logits, -jnp.inf)
 
 
 def _tied_nll(h: Array, table: Array, labels: Array, vocab: int) -> tuple[tuple[Array, Array], Array]:
-    logits = _tied_logits(h, table, vocab)
-    lse = jax.nn.logsumexp(logits, axis=-1)
-    label_logit = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
-    return (lse - label_logit, label_logit >= jnp.max(logits, axis=-1)), lse
+    """The masked logits feed only the two row reductions (max, then the sum of exponentials);
+    the label's logit is read from the unmasked product (a label is a real id). Reading it from
+    the masked logits gave the mask a third, gathering consumer, and XLA:GPU then wrote the
+    masked [tokens, vocab] float32 logits out as a kernel of its own: 7.6% of GPT-2's step on
+    an H100 (docs/accelerators.md, run 4)."""
+    raw = _tied_logits(h, table)
+    logits = _real(raw, vocab)
+    top = jnp.max(logits, axis=-1)
+    lse = top + jnp.log(jnp.sum(jnp.exp(logits - top[..., None]), axis=-1))
+    label_logit = jnp.take_along_axis(raw, labels[..., None], axis=-1)[..., 0]
+    return (lse - label_logit, label_logit >= top), lse
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -197,7 +208,7 @@ def _tied_nll_fwd(h: Array, table: Array, labels: Array, vocab: int) -> tuple[tu
 
 def _tied_nll_bwd(vocab: int, residuals: tuple, g: tuple[Array, Array]) -> tuple[Array, Array, None]:
     h, table, labels, lse = residuals
-    logits = _tied_logits(h, table, vocab)
+    logits = _real(_tied_logits(h, table), vocab)
     one_hot = jnp.arange(table.shape[0]) == labels[..., None]
     d = ((jnp.exp(logits - lse[..., None]) - one_hot) * g[0][..., None]).astype(h.dtype)
     dh = jnp.matmul(d, table.astype(h.dtype), preferred_element_type=jnp.float32).astype(h.dtype)
