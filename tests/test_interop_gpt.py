@@ -292,6 +292,48 @@ def right_padded(vocab: int, seed: int = 0) -> dict:
     return dict(input_ids=ids, input_mask=mask, segment_ids=np.zeros_like(ids))
 
 
+DOUBLE_HEADS = {"gpt2": transformers.GPT2DoubleHeadsModel, "openai-gpt": transformers.OpenAIGPTDoubleHeadsModel}
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_multiple_choice_matches_the_double_heads_model(model_type, tmp_path):
+    """`GPT2DoubleHeadsModel` / `OpenAIGPTDoubleHeadsModel`'s multiple-choice logits (GPT-1's
+    SWAG-style input: each choice its own causal row, a linear unit with a bias on the state of
+    the token `mc_token_ids` points at, a softmax over the choices) against our choice head on the
+    imported trunk, with `mc_token_ids` at each row's last real token as our trunk reads it."""
+    from bertology.models.tasks import TaskModel
+
+    _, config_cls, extra = HF_CLASSES[model_type]
+    torch.manual_seed(5)
+    hf_model = DOUBLE_HEADS[model_type](config_cls(**{**SMALL, **extra}, pad_token_id=0))
+    with torch.no_grad():
+        for p in hf_model.parameters():
+            p.normal_(0.0, 0.2)
+        hf_model.multiple_choice_head.summary.weight.mul_(20.0)  # GPT-1's post-LN states barely differ: spread the scores
+    hf_model.eval().save_pretrained(tmp_path / "hf")
+    report = import_hf(tmp_path / "hf", tmp_path / "run")
+    assert sorted(u.rsplit(": ", 1)[1] for u in report.unused) == [
+        "multiple_choice_head.summary.bias", "multiple_choice_head.summary.weight"]  # the head: ours below
+    params, run_config = load_params(tmp_path / "run")
+    cfg, trunk = models.pretrained_encoder(params, run_config["model"])
+    model = TaskModel(cfg, "choice", 1, "full", "gpt")
+    summary = hf_model.multiple_choice_head.summary
+    head = {"kernel": jnp.asarray(summary.weight.detach().numpy().T), "bias": jnp.asarray(summary.bias.detach().numpy())}
+    rows = [right_padded(V, seed=6 + c) for c in range(2)]  # 3 examples × 2 choices, lengths 12, 9, 4
+    batch = {k: np.stack([r[k] for r in rows], axis=1) for k in rows[0]}  # [batch, choices, length]
+    last = batch["input_mask"].sum(-1) - 1
+    with torch.no_grad():
+        # no attention_mask: the padding follows the last real token, which causal attention never
+        # lets it see (and OpenAIGPTModel cannot take a [batch, choices, length] mask)
+        want = hf_model(input_ids=torch.tensor(batch["input_ids"]).long(),
+                        mc_token_ids=torch.tensor(last).long()).mc_logits.numpy()
+    got = np.asarray(model.apply({"params": {"encoder": trunk, "head": head}}, batch)["logits"])
+    print(f"\n{model_type} multiple choice: max logit diff {np.abs(got - want).max():.2e}")
+    assert got.shape == want.shape == (3, 2)
+    assert np.abs(got - want).max() <= TOLERANCE
+    assert np.abs(want[:, 0] - want[:, 1]).min() > 1e-3  # the choices differ, so one constant score would fail
+
+
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
 def test_sequence_classification_matches_transformers(model_type, tmp_path):
     """`GPT2ForSequenceClassification` / `OpenAIGPTForSequenceClassification` (a bias-free score

@@ -122,7 +122,7 @@ def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
         (pathlib.Path(workdir) / "checkpoints" / str(pc.total_steps)).mkdir(parents=True)
 
     monkeypatch.setattr(loop, "train", fake_train)
-    monkeypatch.setattr(sweep, "_finetune", lambda c, family, init, workdir: dict(
+    monkeypatch.setattr(sweep, "_finetune", lambda c, family, init, workdir, seed: dict(
         perplexity=9.0, rouge1=1.0, rouge2=2.0, rougeL=3.0))
     with pytest.raises(UserError, match=r"1 of 3 sweep runs failed \(deshuffle x1: Diverged: loss was nan"):
         sweep.sweep(c, tmp_path)
@@ -145,3 +145,47 @@ def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "train", lambda pc, workdir: (_ for _ in ()).throw(Preempted("SIGTERM")))
     with pytest.raises(Preempted):
         sweep.sweep(c, tmp_path / "again")
+
+
+def test_several_seeds_run_every_run_once_each_and_the_table_gives_medians(tmp_path, monkeypatch):
+    """With `seeds`, each pretraining and fine-tuning run happens once per seed (the seed in its
+    config, its own workdir); table.md gives each score's median over the seeds with the lowest
+    and highest, and a failed seed is left out of its median."""
+    from bertology.errors import Diverged
+    from bertology.train import loop
+
+    c = config(budgets=(1.0,), reference_steps=4, seeds=(0, 1, 2))
+    trained, tuned = [], []
+
+    def fake_train(pc, workdir):
+        trained.append((pathlib.Path(workdir).name, pc.seed))
+        if pathlib.Path(workdir).name == "deshuffle_x1_seed2":
+            raise Diverged("loss was nan")
+        (pathlib.Path(workdir) / "checkpoints" / str(pc.total_steps)).mkdir(parents=True)
+
+    def fake_finetune(c, family, init, workdir, seed=0):
+        tuned.append((pathlib.Path(workdir).name, seed))
+        return dict(perplexity=10.0 - seed, rouge1=1.0, rouge2=2.0, rougeL=10.0 * (seed + 1) + (init is not None))
+
+    monkeypatch.setattr(loop, "train", fake_train)
+    monkeypatch.setattr(sweep, "_finetune", fake_finetune)
+    with pytest.raises(UserError, match=r"1 of 9 sweep runs failed \(deshuffle x1 seed 2: Diverged"):
+        sweep.sweep(c, tmp_path)
+    assert trained == [(f"{v}_x1_seed{s}", s) for v in ("t5", "deshuffle") for s in range(3)]
+    assert tuned[:3] == [(f"scratch_seed{s}", s) for s in range(3)] and ("t5_x1_seed1", 1) in tuned
+    rows = json.loads((tmp_path / "sweep.json").read_text())
+    assert [r["seed"] for r in rows] == [0, 1, 2] * 3
+    table = (tmp_path / "table.md").read_text()
+    assert "| seeds |" in table.splitlines()[0]
+    assert "| scratch | 0 | 0 | 0.00e+00 | 3 | 9.00 [8.00–10.00] | 1.00 [1.00–1.00] | 2.00 [2.00–2.00] | " \
+           "20.00 [10.00–30.00] |" in table
+    assert "| 3 | 9.50 [9.00–10.00] | 1.00 [1.00–1.00] | 2.00 [2.00–2.00] | 16.00 [11.00–21.00] |" in table  # deshuffle
+    assert table.rstrip().endswith("- deshuffle × 1 seed 2: Diverged: loss was nan")
+
+
+def test_the_electra_efficiency_sweep_is_the_papers_ablation():
+    c = sweep.load_config(REPO / "configs/sweep/electra_efficiency.py")
+    names = [v.name for v in sweep.variants(c)]
+    assert names == ["bert", "electra_15", "replace_mlm", "all_tokens_mlm", "electra"] and len(c.seeds) >= 3
+    objectives = [sweep._load(c, v.config).objective.get("variant") for v in sweep.variants(c)[1:]]
+    assert objectives == ["electra_15", "replace_mlm", "all_tokens_mlm", "electra"]

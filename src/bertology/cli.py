@@ -81,7 +81,7 @@ def _preempted(signum: int, frame: object) -> None:
     raise Preempted("stopped by SIGTERM; rerun the same command to resume from the last checkpoint")
 
 
-def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[], None] | None = None,
+def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[flags.FlagValues], None] | None = None,
         argv: list[str] | None = None) -> int:
     """Parse flags (`--config` plus whatever `define` adds), then call `main(FLAGS)`."""
     argv = sys.argv if argv is None else argv

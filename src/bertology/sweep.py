@@ -16,7 +16,10 @@ A sweep config names what to pretrain and what to fine-tune it on:
   `classification` (`finetune/embedded.py`, scored by accuracy) and/or `seq2seq`
   (`finetune/seq2seq.py:embedded_<family>`, scored by teacher-forced perplexity and ROUGE-1/2/L);
   `scratch`: the family whose tiny model is fine-tuned from scratch on the seq2seq target
-  (classification's is `finetune/embedded.py`'s model).
+  (classification's is `finetune/embedded.py`'s model);
+- `seeds` (optional, default (0,)): every run, pretraining and fine-tuning, once per seed; the
+  table then gives each score's median over the seeds with the lowest and highest (the papers'
+  tables are medians of several runs) and the plot the medians.
 
 For every budget (in units of `reference_steps` of the reference) and variant, the variant gets as
 many steps as the budget buys at its own cost per token, is pretrained on the embedded corpus, then
@@ -39,6 +42,7 @@ import importlib.util
 import json
 import math
 import pathlib
+import statistics
 import types
 from collections.abc import Callable
 from typing import Any
@@ -170,7 +174,7 @@ def plan(c: ml_collections.ConfigDict) -> list[dict[str, Any]]:
 
 
 def _target_config(c: ml_collections.ConfigDict, target: str, family: str,
-                   init: str | None) -> ml_collections.ConfigDict:
+                   init: str | None, seed: int = 0) -> ml_collections.ConfigDict:
     if target == "classification":
         fc = _load(c, "finetune/embedded.py")
     else:
@@ -178,12 +182,13 @@ def _target_config(c: ml_collections.ConfigDict, target: str, family: str,
         own = f"embedded_{family}"
         fc = _load(c, f"finetune/seq2seq.py:{own if own in _presets(c, 'finetune/seq2seq.py') else 'embedded'}")
     fc.update(c.finetune[target].to_dict())
-    fc.init_checkpoint = init
+    fc.init_checkpoint, fc.seed = init, seed
     fc.mesh.shape = tuple(c.mesh_shape)
     return fc
 
 
-def _finetune(c: ml_collections.ConfigDict, family: str, init: str | None, workdir: pathlib.Path) -> dict[str, float]:
+def _finetune(c: ml_collections.ConfigDict, family: str, init: str | None, workdir: pathlib.Path,
+              seed: int = 0) -> dict[str, float]:
     """Fine-tune on every target (skipping finished runs); the scores the table reports."""
     from bertology.train.finetune import finetune
 
@@ -193,7 +198,7 @@ def _finetune(c: ml_collections.ConfigDict, family: str, init: str | None, workd
         if (run / "results.json").is_file():
             result = json.loads((run / "results.json").read_text())
         else:
-            result = finetune(_target_config(c, target, family, init), run)
+            result = finetune(_target_config(c, target, family, init, seed), run)
         scores.update({k: result["scores"].get(k, float("nan")) for k in SCORES[target][0]})
     return scores
 
@@ -243,34 +248,64 @@ def sweep(c: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> list[dic
             log(f"sweep run {tag} failed, going on: {reason}")
             return {**row, **dict.fromkeys(keys, float("nan")), "failed": reason}
 
-    def pretrain_and_finetune(run: dict, v: Variant, tag: str) -> dict[str, float]:
+    def pretrain_and_finetune(run: dict, v: Variant, tag: str, seed: int) -> dict[str, float]:
         init = None
         if v.init_from:
             init = workdir / "pretrain" / f"{tag}_init"
             if not _finished(init, run["init_steps"]):
-                train(_pretrain_config(c, v.init_from, run["init_steps"]), init)
+                ic = _pretrain_config(c, v.init_from, run["init_steps"])
+                ic.seed = seed
+                train(ic, init)
         pc = _pretrain_config(c, v.config, run["steps"], v.overrides, None if init is None else str(init))
+        pc.seed = seed
         if not _finished(workdir / "pretrain" / tag, run["steps"]):
             train(pc, workdir / "pretrain" / tag)
-        return _finetune(c, pc.model.family, str(workdir / "pretrain" / tag), workdir / "finetune" / tag)
+        return _finetune(c, pc.model.family, str(workdir / "pretrain" / tag), workdir / "finetune" / tag, seed)
 
+    seeds = tuple(c.get("seeds", (0,)))
+    suffix = (lambda seed: f"_seed{seed}") if len(seeds) > 1 else (lambda seed: "")  # one seed: the old run names
     scratch = {"variant": "scratch", "budget": 0.0, "steps": 0, "init_steps": 0, "flops": 0.0}
-    rows = [attempt("scratch", scratch, lambda: _finetune(c, c.get("scratch", "bart"), None,
-                                                          workdir / "finetune" / "scratch"))]
+    rows = [attempt(f"scratch{suffix(seed)}", {**scratch, "seed": seed},
+                    functools.partial(_finetune, c, c.get("scratch", "bart"), None,
+                                      workdir / "finetune" / f"scratch{suffix(seed)}", seed))
+            for seed in seeds]
     for run in plan(c):
-        tag = f"{run['variant']}_x{run['budget']:g}"
-        rows.append(attempt(tag, run, functools.partial(pretrain_and_finetune, run, vs[run["variant"]], tag)))
-        atomic_write(workdir / "sweep.json", json.dumps(rows, indent=2))
+        for seed in seeds:
+            tag = f"{run['variant']}_x{run['budget']:g}{suffix(seed)}"
+            rows.append(attempt(tag, {**run, "seed": seed},
+                                functools.partial(pretrain_and_finetune, run, vs[run["variant"]], tag, seed)))
+            atomic_write(workdir / "sweep.json", json.dumps(rows, indent=2))
     write_report(rows, list(c.finetune), c.reference, workdir)
-    failed = ["{variant} x{budget:g}: {failed}".format(**r) for r in rows if "failed" in r]
+    failed = ["{variant} x{budget:g}{seed_note}: {failed}".format(**r, seed_note=f" seed {r['seed']}" if len(seeds) > 1 else "")
+              for r in rows if "failed" in r]
     if failed:
         raise UserError(f"{len(failed)} of {len(rows)} sweep runs failed ({'; '.join(failed)}); table.md lists them; "
                         "rerun the same command to retry them")
     return rows
 
 
+def medians(rows: list[dict], keys: list[str]) -> list[dict]:
+    """One row per (variant, budget) in order: each score's median over its seeds' finished runs
+    (NaN where none finished) and, as `<key>_range`, the lowest and highest; `seeds` counts them."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["variant"], r["budget"]), []).append(r)
+    out = []
+    for group in groups.values():
+        row = {k: v for k, v in group[0].items() if k not in ("seed", "failed", *keys)}
+        row["seeds"] = len(group)
+        for k in keys:
+            values = [r[k] for r in group if not math.isnan(r[k])]
+            row[k] = statistics.median(values) if values else math.nan
+            row[f"{k}_range"] = (min(values), max(values)) if values else None
+        out.append(row)
+    return out
+
+
 def write_report(rows: list[dict], targets: list[str], reference: str, workdir: pathlib.Path) -> None:
-    """`table.md` (one row per run, a column per score) and `score_vs_flops.png` (a panel per target)."""
+    """`table.md` (one row per run, a column per score; with several seeds one row per variant and
+    budget, each score the median [lowest–highest]) and `score_vs_flops.png` (a panel per target,
+    the medians)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -278,27 +313,42 @@ def write_report(rows: list[dict], targets: list[str], reference: str, workdir: 
 
     keys = [k for t in targets for k in SCORES[t][0]]
     headers = [h for t in targets for h in SCORES[t][1]]
-    lines = [f"| variant | budget (× {reference} steps) | pretraining steps | pretraining FLOPs | " + " | ".join(headers) + " |",
-             "|---" * (4 + len(keys)) + "|"]
-    for r in rows:
+    several = len({r.get("seed", 0) for r in rows}) > 1
+    shown = medians(rows, keys) if several else rows
+
+    def cell(r: dict, k: str) -> str:
+        if math.isnan(r[k]):
+            return "—"
+        spread = r.get(f"{k}_range")
+        return f"{r[k]:.2f}" + (f" [{spread[0]:.2f}–{spread[1]:.2f}]" if spread else "")
+
+    lines = [f"| variant | budget (× {reference} steps) | pretraining steps | pretraining FLOPs | "
+             + ("seeds | " if several else "") + " | ".join(headers) + " |",
+             "|---" * (4 + several + len(keys)) + "|"]
+    for r in shown:
         steps = f"{r['init_steps']} + {r['steps']}" if r.get("init_steps") else str(r["steps"])
-        scores = " | ".join("—" if math.isnan(r[k]) else f"{r[k]:.2f}" for k in keys)
-        lines.append(f"| {r['variant']} | {r['budget']:g} | {steps} | {r['flops']:.2e} | {scores} |")
-    failed = [f"- {r['variant']} × {r['budget']:g}: {r['failed']}" for r in rows if "failed" in r]
+        seeds = f"{r['seeds']} | " if several else ""
+        lines.append(f"| {r['variant']} | {r['budget']:g} | {steps} | {r['flops']:.2e} | {seeds}"
+                     + " | ".join(cell(r, k) for k in keys) + " |")
+    if several:
+        lines += ["", "Each score: the median over the seeds' runs [lowest–highest]."]
+    failed = [f"- {r['variant']} × {r['budget']:g}" + (f" seed {r['seed']}" if several else "") + f": {r['failed']}"
+              for r in rows if "failed" in r]
     if failed:
         lines += ["", "Failed runs (rerun the sweep to retry them):", *failed]
     atomic_write(workdir / "table.md", "\n".join(lines) + "\n")
     fig, axes = plt.subplots(1, len(targets), figsize=(6 * len(targets), 4), squeeze=False)
+    scratch = shown[0]
     for ax, target in zip(axes[0], targets):
         key, label = SCORES[target][0][-1], SCORES[target][1][-1]  # accuracy; ROUGE-L
-        for variant in dict.fromkeys(r["variant"] for r in rows[1:]):
-            pts = sorted((r["flops"], r[key]) for r in rows if r["variant"] == variant)
+        for variant in dict.fromkeys(r["variant"] for r in shown[1:]):
+            pts = sorted((r["flops"], r[key]) for r in shown if r["variant"] == variant)
             ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=variant)
-        ax.axhline(rows[0][key], color="gray", linestyle="--", label="from scratch")
+        ax.axhline(scratch[key], color="gray", linestyle="--", label="from scratch")
         ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
-        ax.set_xlim(0, 1.1 * max(r["flops"] for r in rows))
+        ax.set_xlim(0, 1.1 * max(r["flops"] for r in shown))
         ax.set_xlabel("pretraining FLOPs")
-        ax.set_ylabel(f"{label} (%)")
+        ax.set_ylabel(f"{label} (%)" + (" (median over seeds)" if several else ""))
         ax.legend(fontsize="small")
     fig.tight_layout()
     with atomic_file(workdir / "score_vs_flops.png") as tmp:

@@ -85,7 +85,9 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("eval_every", _integer(0), "steps between evaluations; 0 evaluates only at the end"),
     ("eval_batches", _integer(1), "held-out batches per evaluation"),
     ("optimizer.name", _one_of("adamw", "lamb"), "the optimizer"),
-    ("optimizer.schedule", _one_of("linear", "cosine"), "the decay after warmup"),
+    ("optimizer.schedule", _one_of("linear", "cosine", "slanted_triangular"), "the decay after warmup"),
+    ("optimizer.stlr_ratio", _number(1, math.inf), "how many times the slanted triangle's peak exceeds its ends, e.g. 32"),
+    ("unfreeze_every_epochs", _number(0, math.inf), "epochs between unfreezing layer groups; 0 turns it off"),
     ("optimizer.learning_rate", _positive(), "the peak learning rate, e.g. 1e-4"),
     ("optimizer.warmup_steps", _integer(0), "steps of linear warmup"),
     ("optimizer.schedule_steps", _integer(1), "the schedule's horizon (unset: total_steps)"),
@@ -249,6 +251,9 @@ def check_sweep(config: ml_collections.ConfigDict) -> None:
     if not budgets or any(not isinstance(b, (int, float)) or b <= 0 for b in budgets):
         raise refuse("budgets", budgets, "must be one or more numbers > 0 (multiples of reference_steps of tiny BERT)",
                       "e.g. --config.budgets='(0.5, 1.0)'")
+    seeds = tuple(config.get("seeds", (0,)))
+    if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(x, int) or isinstance(x, bool) for x in seeds):
+        raise refuse("seeds", seeds, "must be one or more distinct integers", "e.g. --config.seeds='(0, 1, 2)'")
     families = tuple(config.families)
     known = sorted(p.stem for p in pathlib.Path(config.configs_dir).glob("*.py"))
     unknown = [f for f in families if f not in known]

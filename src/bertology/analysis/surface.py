@@ -44,7 +44,7 @@ def endpoints(run: str | pathlib.Path, rows: int | None = None) -> tuple[Any, An
     if config.get("teacher_checkpoint"):
         raise UserError(f"{run} learned a teacher's predictions (teacher_checkpoint); its loss needs the teacher, "
                         "so loss surfaces read runs trained on the labels")
-    task = tasks.get(config.task)
+    task = tasks.get(config.task, config.data)
     if task.kind == "seq2seq":
         raise UserError(f"task {task.name} fine-tunes a whole sequence-to-sequence model; loss surfaces read "
                         "encoder tasks (classification, regression, token, qa, choice)")

@@ -4,7 +4,9 @@ A `Task` ties a parser of the official local files (through the TFDS builder in
 `tasks.builder`) to a head kind and to the metrics its leaderboard reports. Names are the
 config's `task` values: the GLUE tasks (cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli),
 squad_v1, squad_v2, conll2003, swag, `embedded` and `long_range` (no download needed); the seq2seq tasks
-seq2seq_jsonl, cnndm, xsum and `seq2seq_embedded` (no download needed).
+seq2seq_jsonl, cnndm, xsum and `seq2seq_embedded` (no download needed); and tasks from your own
+files, which the config's data block describes (`tasks.custom`): text_classification,
+text_regression and token_tagging.
 """
 
 from __future__ import annotations
@@ -47,13 +49,17 @@ MODULES = {
     "squad_v1": "squad", "squad_v2": "squad", "conll2003": "conll", "swag": "swag", "embedded": "embedded",
     "long_range": "long_range",
     **dict.fromkeys(("seq2seq_jsonl", "cnndm", "xsum", "seq2seq_embedded"), "seq2seq"),
+    **dict.fromkeys(("text_classification", "text_regression", "token_tagging"), "custom"),
 }
 
 
-def get(name: str) -> Task:
+def get(name: str, data: Any = None) -> Task:
+    """The task `name`; `data` is the run's data block, which a task from the user's own files
+    (its module's TASKS entry is a builder, not a Task) is built from: files, columns, labels."""
     if name not in MODULES:
         raise UserError(f"unknown task {name!r}; known tasks: {', '.join(sorted(MODULES))}")
-    return importlib.import_module(f"bertology.tasks.{MODULES[name]}").TASKS[name]
+    entry = importlib.import_module(f"bertology.tasks.{MODULES[name]}").TASKS[name]
+    return entry if isinstance(entry, Task) else entry(name, data or {})
 
 
 def data_dir(path: str | None, default: str) -> pathlib.Path:

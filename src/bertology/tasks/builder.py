@@ -67,6 +67,23 @@ class Splits(dict):
         self.reads = reads
 
 
+# The share of a file's rows a task may skip (data.max_skipped_fraction overrides it): more than this
+# means a damaged or converted file, not a release.
+MAX_SKIPPED_FRACTION = 0.01
+
+
+def refuse_lossy(reads: dict[str, Read], allowed: float) -> None:
+    """Stop with one line, naming the file and its first skipped line, where a split's parser
+    skipped more than `allowed` of its rows."""
+    for read in reads.values():
+        skipped = sum(read.skipped.values())
+        if skipped > allowed * (skipped + read.kept):
+            why = ", ".join(f"{n} {reason}" for reason, n in read.skipped.items())
+            raise UserError(f"{read.source}:{read.first_skipped}: {skipped} of {skipped + read.kept} rows skipped ({why}), "
+                            f"more than {allowed:.0%}; repair the file (this line is the first), or set "
+                            f"--config.data.max_skipped_fraction={skipped / (skipped + read.kept):.2f} to train on the rest")
+
+
 def require(path: pathlib.Path, task: str, hint: str) -> pathlib.Path:
     """`path` if it exists; otherwise the one-line error that says what to put where."""
     if not path.is_file():

@@ -143,11 +143,6 @@ def parse(spec: Spec, path: pathlib.Path, split: str, read: builder.Read) -> Ite
                         f"not the GLUE {spec.directory} layout, use the official release")
 
 
-# The share of a file's rows a task may skip (data.max_skipped_fraction overrides it): no GLUE release
-# but QQP's has rows to skip, so more than this means a damaged or converted file, not the release.
-MAX_SKIPPED_FRACTION = 0.01
-
-
 def _load(name: str, directory: str | None, cache_dir=None, log=print,
           max_skipped_fraction: float | None = None) -> dict[str, list[Example]]:
     spec = SPECS[name]
@@ -165,14 +160,9 @@ def _load(name: str, directory: str | None, cache_dir=None, log=print,
         "label": np.float32 if not spec.labels else np.int64,
     }
     splits = builder.load(f"glue_{name}", features, parsers, list(files.values()), cache_dir, log)
-    allowed = max_skipped_fraction if max_skipped_fraction is not None else 1.0 if spec.broken_rows else MAX_SKIPPED_FRACTION
-    for read in splits.reads.values():
-        skipped = sum(read.skipped.values())
-        if skipped > allowed * (skipped + read.kept):
-            why = ", ".join(f"{n} {reason}" for reason, n in read.skipped.items())
-            raise UserError(f"{read.source}:{read.first_skipped}: {skipped} of {skipped + read.kept} rows skipped ({why}), "
-                            f"more than {allowed:.0%}; repair the file (this line is the first), or set "
-                            f"--config.data.max_skipped_fraction={skipped / (skipped + read.kept):.2f} to train on the rest")
+    # QQP's release has rows to skip; no other GLUE release has
+    allowed = 1.0 if spec.broken_rows else builder.MAX_SKIPPED_FRACTION
+    builder.refuse_lossy(splits.reads, allowed if max_skipped_fraction is None else max_skipped_fraction)
     return splits
 
 

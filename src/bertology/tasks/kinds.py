@@ -134,10 +134,11 @@ def _values(task: Task, examples: list[Example], features: Features, out: dict[s
 
 def _tags(task: Task, examples: list[Example], features: Features, out: dict[str, np.ndarray],
           data: ml_collections.ConfigDict) -> list[list[str]]:
-    """Each word's tag from its first sub-word; words cut off by max_seq_length stay O."""
+    """Each word's tag from its first sub-word; words cut off by max_seq_length get the first tag
+    (NER's O: outside any entity)."""
     tags = []
     for e, row_logits, word_index in zip(examples, out["logits"], features.arrays["word_index"]):
-        words = ["O"] * len(e["tokens"])
+        words = [task.labels[0]] * len(e["tokens"])
         for pos in np.flatnonzero(word_index >= 0):
             words[word_index[pos]] = task.labels[int(row_logits[pos].argmax())]
         tags.append(words)

@@ -93,12 +93,21 @@ def default_config(task: str) -> ml_collections.ConfigDict:
         max_answer_length=30,
         null_score_threshold=0.0,  # SQuAD 2.0: answer "" when null score - best span > this
         max_skipped_fraction=placeholder(float),  # GLUE: the share of a file's rows it may skip; None: 1% (QQP: all)
+        # Tasks from your own files (text_classification, text_regression, token_tagging; `tasks.custom`):
+        files=ml_collections.ConfigDict(dict(train=placeholder(str), validation=placeholder(str), test=placeholder(str))),
+        columns=ml_collections.ConfigDict(dict(text="text", pair=placeholder(str), label="label", tag=-1)),
+        labels=placeholder(str),  # "a,b,c" in order; None: the training file's, sorted
     ))
     c.optimizer = ml_collections.ConfigDict(dict(
         name="adamw", learning_rate=5e-5, warmup_fraction=0.1, warmup_steps=placeholder(int),
         b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, clip_norm=1.0,
         layerwise_lr_decay=1.0,  # ELECTRA uses 0.8 (0.9 for large); 1.0 turns it off
+        schedule="linear",  # linear | cosine | slanted_triangular (ULMFiT: from and back to 1/stlr_ratio of the peak)
+        stlr_ratio=32.0,
     ))
+    # ULMFiT's gradual unfreezing: the top layer group (task head) trains alone, then one more group, top down,
+    # every this many epochs (Howard & Ruder 2018: 1); 0: every layer trains from the start
+    c.unfreeze_every_epochs = 0.0
     c.mesh = sharding.mesh_config()
     # Smaller models (module docstring): distillation from a fine-tuned teacher, int8 QAT, pruning.
     # GPT's auxiliary language-modelling loss during fine-tuning, L = L_task + lm_weight · L_LM (Radford et al.
@@ -208,7 +217,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     (`encoder_job`, the kinds of `bertology.tasks.kinds`) or a whole seq2seq model (`_seq2seq_job`)."""
     workdir = pathlib.Path(workdir)
     config = ml_collections.ConfigDict(config.to_dict())
-    task = tasks.get(config.task)
+    task = tasks.get(config.task, config.data)
     job = (_seq2seq_job if task.kind == "seq2seq" else encoder_job)(config, task)
     config = job.config
     t0 = time.time()
@@ -259,6 +268,8 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
     # each is asked of the trunk's config, not of the family's name.
     if config.optimizer.layerwise_lr_decay != 1.0 and not hasattr(cfg, "num_layers"):
         raise UserError(f"optimizer.layerwise_lr_decay needs a layered Transformer trunk, not {family}'s; set it to 1.0")
+    if config.unfreeze_every_epochs and not hasattr(cfg, "num_layers"):
+        raise UserError(f"unfreeze_every_epochs needs a layered Transformer trunk, not {family}'s; set it to 0")
     check_length(cfg, config.data.max_seq_length, "data.max_seq_length")
 
     splits = _training_splits(config, task)
@@ -277,11 +288,14 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
 
     def optimizer(params: Any) -> tuple[Any, Any]:
         decay = config.optimizer.layerwise_lr_decay
+        every = max(1, round(config.unfreeze_every_epochs * n_train / config.batch_size))
         tx, lr = optimizer_lib.make(
             opt_cfg, total,
             trainable=trainable_mask(params, config.mode) if config.mode != "full" else None,
             multipliers=(optimizer_lib.layerwise_multipliers(params, cfg.num_layers, decay, record.layer_index)
                          if decay != 1.0 else None),
+            unfreezing=((optimizer_lib.unfreezing_ranks(params, cfg.num_layers, record.layer_index), every)
+                        if config.unfreeze_every_epochs else None),
         )
         if config.quantize == "int8":
             tx = quantize_lib.ema_ranges(tx, config.quant_ema_decay)
