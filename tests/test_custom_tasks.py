@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import tiny
+from helpers import save_to_disk, tiny
 
 from bertology import tasks
 from bertology.errors import UserError
@@ -165,3 +165,34 @@ def test_fine_tuning_learns_a_rule_from_a_csv_and_writes_test_predictions(tmp_pa
     lines = (tmp_path / "run" / "submission" / "test_predictions.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction"
     assert [line.split("\t")[1] for line in lines[1:]] == [y for _, y in test_rows]
+
+
+def test_hugging_face_tables_parquet_arrow_and_save_to_disk(tmp_path):
+    """The formats `datasets` keeps on disk read as the CSV they hold: a parquet training file, an
+    Arrow file in the IPC stream format (`datasets`' own) and in the file format, and a
+    `save_to_disk` directory of two shards; a DatasetDict directory and a broken file stop with
+    one line."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    train = [{"sentence": f"row {i}", "label": "pos" if i % 2 else "neg", "extra": i} for i in range(7)]
+    dev = [{"sentence": "fine", "label": "pos", "extra": 0}, {"sentence": "bad", "label": "neg", "extra": 1}]
+    pq.write_table(pa.Table.from_pylist(train), tmp_path / "train.parquet")
+    with pa.OSFile(str(tmp_path / "dev.arrow"), "wb") as sink, pa.ipc.new_file(sink, pa.Table.from_pylist(dev).schema) as w:
+        w.write_table(pa.Table.from_pylist(dev))
+    saved = save_to_disk(tmp_path / "saved" / "test", train[:5])
+    block = {"files": {"train": str(tmp_path / "train.parquet"), "validation": str(tmp_path / "dev.arrow"),
+                       "test": str(saved)}, "columns": {"text": "sentence"}}
+    task, splits = load("text_classification", block, tmp_path)
+    assert task.labels == ("neg", "pos")
+    assert [(e["text_a"], e["label"]) for e in splits["train"]] == [(r["sentence"], int(r["label"] == "pos")) for r in train]
+    assert [e["text_a"] for e in splits["validation"]] == ["fine", "bad"]
+    assert [e["text_a"] for e in splits["test"]] == [f"row {i}" for i in range(5)]  # both shards, in order
+    (tmp_path / "saved" / "dataset_dict.json").write_text(json.dumps({"splits": ["test"]}))
+    with pytest.raises(UserError, match=r"holds a DatasetDict \(test\); name one split's directory, e\.g\. .*saved/test"):
+        load("text_classification", {**block, "files": {**block["files"], "test": str(tmp_path / "saved")}}, tmp_path)
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(UserError, match=r"broken.parquet: not a parquet file") as e:
+        load("text_classification", {**block, "files": {**block["files"], "train": str(tmp_path / "broken.parquet")}},
+             tmp_path)
+    assert "\n" not in str(e.value)

@@ -441,3 +441,41 @@ def test_xlnet_layout_squad_spans_shift(tokenizer):
     start[0, 31], end[0, 31] = -5.0, -5.0
     start[0, 0], end[0, 0] = 4.0, 4.0  # position 0 is padding now, not the summary token
     assert qa.decode(ex, wins, sp, start, end, null_threshold=1.0) == {"a": "Denver Broncos"}
+
+
+def test_gpt_similarity_reads_each_pair_in_both_orders(tokenizer):
+    """GPT-1's similarity input (Radford et al. 2018 §3.3, `data.both_orders`): each pair becomes
+    two rows, as given and swapped, and the task model's head reads the sum of their final states
+    (a causal trunk's last real token): the logits are the head on pooled(a;b) + pooled(b;a), so
+    swapping the sentences changes nothing, while either order alone does."""
+    import flax.linen as nn
+    import jax
+
+    from bertology.families.gpt.model import task_trunk
+    from bertology.models.tasks import TaskModel
+    from bertology.models.transformer import TransformerConfig
+
+    data = ml_collections.ConfigDict(dict(max_seq_length=16, both_orders=True))
+    example = {"text_a": "the module", "text_b": "a function returns", "label": 1.5}
+    feats = featurize(tasks.get("stsb"), [example], tokenizer, data).arrays
+    assert feats["input_ids"].shape == (1, 2, 16) and feats["label"].tolist() == [1.5]
+    forward, backward = (encode.encode_pair(tokenizer, a, b, 16) for a, b in (("the module", "a function returns"),
+                                                                             ("a function returns", "the module")))
+    assert feats["input_ids"][0].tolist() == [forward["input_ids"].tolist(), backward["input_ids"].tolist()]
+    swapped = featurize(tasks.get("stsb"), [{**example, "text_a": example["text_b"], "text_b": example["text_a"]}],
+                        tokenizer, data).arrays
+    cfg = TransformerConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_layers=2, num_heads=2,
+                            intermediate_size=32, max_position_embeddings=16, norm="pre", type_vocab_size=0)
+    model = TaskModel(cfg, "regression", 1, "full", "gpt")
+    params = nn.meta.unbox(model.init(jax.random.key(0), feats))["params"]
+    got = np.asarray(model.apply({"params": params}, feats)["logits"])
+    pooled = [task_trunk(cfg, "encoder").apply({"params": params["encoder"]}, {k: feats[k][:, i] for k in feats
+                                                                                if k != "label"})["pooled"]
+              for i in range(2)]
+    head = params["head"]
+    np.testing.assert_allclose(got, ((pooled[0] + pooled[1]) @ head["kernel"] + head["bias"])[:, 0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(model.apply({"params": params}, swapped)["logits"]), got)
+    alone = np.asarray(model.apply({"params": params}, {k: v[:, 0] for k, v in feats.items() if k != "label"})["logits"])
+    assert np.abs(alone - got).max() > 1e-3
+    with pytest.raises(UserError, match="both_orders reads sentence pairs"):  # nothing to swap in a single sentence
+        featurize(tasks.get("sst2"), [{"text_a": "x", "text_b": "", "label": 0}], tokenizer, data)

@@ -9,7 +9,9 @@ run causally, the head at each row's last real token (the final [SEP], GPT-1's `
 loss adds the auxiliary language-modelling term, L = L_task + 0.5·L_LM (§3.2, `lm_weight`). On a
 paper task the paper's recipe (§4.1, openai/finetune-transformer-lm `train.py`): lr 6.25e-5,
 batch 32, 3 epochs, linear decay after a warmup over 0.2% of the steps, Adam eps 1e-8, weight
-decay 0.01, clipping at 1. On the embedded task the small-model rate, as the other configs.
+decay 0.01, clipping at 1. On the embedded task the small-model rate, as the other configs. The
+similarity tasks (STS-B, MRPC, QQP) read each pair in both orders and add the two final states
+before the head (§3.3, `data.both_orders`).
 With init_checkpoint the checkpoint brings its model; without, `model` is configs/gpt.py:tiny's.
 """
 
@@ -21,13 +23,15 @@ from bertology.train.finetune import default_config
 PRETRAINING = pathlib.Path(__file__).resolve().parent.parent / "gpt.py"
 
 # The presets get_config takes; tests run each through validation.
-PRESETS = ("embedded", "sst2")
+PRESETS = ("embedded", "sst2", "stsb", "mrpc", "qqp")
+SIMILARITY = ("stsb", "mrpc", "qqp")  # the paper's similarity tasks: each pair read in both orders (§3.3)
 
 
 def get_config(task: str = "embedded"):
     c = default_config(task)
     c.model = load_config(PRETRAINING, "tiny").model  # configs/gpt.py's network
     c.lm_weight = 0.5
+    c.data.both_orders = task in SIMILARITY
     if task == "embedded":
         c.epochs, c.data.max_seq_length, c.optimizer.learning_rate = 5, 64, 1e-3
     else:

@@ -53,6 +53,7 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
 
     c.data = ml_collections.ConfigDict(dict(
         corpus=placeholder(str),  # a text file or directory; None: the embedded default corpus
+        text_column="text",  # a parquet, Arrow or save_to_disk corpus's text (Hugging Face datasets)
         vocab=placeholder(str),  # vocab.txt or sentencepiece .model; None: the shipped 8k WordPiece
         cache_dir=placeholder(str),  # where tokenized corpora are kept; None: ~/.cache/bertology/tfds
         # The data transform by name (data/transforms.py's `lookup`): shared ones there, e.g. causal (GPT); a family's

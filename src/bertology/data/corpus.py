@@ -1,7 +1,8 @@
 """A local corpus, tokenized once in parallel into sharded array_record and read by index.
 
-Input is a text file or directory in BERT's format, JSON lines, or a TFDS dataset by name
-(`prepare.py` has the formats and the parallel writer), or a directory prepared already (one
+Input is a text file or directory in BERT's format, JSON lines, Hugging Face `datasets` tables
+(parquet, Arrow, a `save_to_disk` directory), or a TFDS dataset by name (`prepare.py` has the
+formats and the parallel writer), or a directory prepared already (one
 holding prepare's `meta.json`, e.g. written by the Beam pipeline `bertology.data.beam`), read as
 is. Document g of the corpus is record g of the shards; every ~50th document is held out for
 `validation`, so evaluation never sees training text. `load_documents` returns each split as a
@@ -27,6 +28,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from bertology.data import prepare as prepare_lib
+from bertology.data import tables
 from bertology.data.tokenizers import Tokenizer, tokenizer_files
 from bertology.errors import UserError
 
@@ -41,12 +43,15 @@ FORMAT = 2  # 1: one TFDS example per document; 2: prepare.py records in shards
 
 
 def corpus_files(corpus: str | pathlib.Path) -> list[pathlib.Path]:
-    """The text files of a corpus path (a file, or every file under a directory, sorted)."""
+    """The files of a corpus path (a file, every file under a directory, sorted, or the Arrow
+    shards of a `save_to_disk` directory, in order)."""
     if str(corpus).startswith(prepare_lib.TFDS_PREFIX):
         return []  # a prepared TFDS dataset: no local text files
     path = pathlib.Path(corpus).expanduser()
     if not path.exists():
         raise UserError(f"corpus not found: {path}; set data.corpus to a text file or a directory of them")
+    if path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file()):
+        return [f for f in tables.shards(path) if f.suffix == ".arrow"]
     files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")) if path.is_dir() else [path]
     if not files:
         raise UserError(f"corpus directory {path} holds no files; put one-sentence-per-line text files in it")
@@ -61,6 +66,8 @@ def check_text(files: list[pathlib.Path]) -> int:
     would otherwise train on garbage without a word. The first MiB decides for most binary files."""
     stray = 0
     for file in files:
+        if file.suffix.lower() in tables.SUFFIXES:
+            continue  # binary by design; their text column is checked as it is read
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         bad = chars = 0
         with open(file, "rb") as f:
@@ -102,14 +109,18 @@ def is_prepared(corpus: str | pathlib.Path) -> bool:
     return (pathlib.Path(corpus).expanduser() / prepare_lib.META).is_file()
 
 
-def cache_key(corpus: str | pathlib.Path, files: list[pathlib.Path], tokenizer_path: str | pathlib.Path) -> str:
-    """What the prepared shards depend on: the input files, the tokenizer and the record layout."""
+def cache_key(corpus: str | pathlib.Path, files: list[pathlib.Path], tokenizer_path: str | pathlib.Path,
+              text_column: str = "text") -> str:
+    """What the prepared shards depend on: the input files, the tokenizer, the record layout (and
+    for tables the text column)."""
     h = hashlib.sha256()
     for f in files:
         st = f.stat()
         h.update(f"{f.absolute()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
     h.update(tokenizer_digest(tokenizer_path).encode())
     h.update(f"eval_every={EVAL_EVERY}|format={FORMAT}|chunk={prepare_lib.CHUNK_BYTES}|{corpus}".encode())
+    if any(f.suffix.lower() in tables.SUFFIXES for f in files):
+        h.update(f"|column={text_column}".encode())
     return h.hexdigest()[:16]
 
 
@@ -194,9 +205,11 @@ def load_documents(
     log: Callable[[str], None] = print,
     workers: int | None = None,
     progress: bool = True,
+    text_column: str = "text",
 ) -> dict[str, Documents]:
     """{'train': docs, 'validation': docs} in corpus order, preparing the corpus first (with
-    `workers` processes, default the cores) unless it is cached or a prepared directory."""
+    `workers` processes, default the cores) unless it is cached or a prepared directory;
+    `text_column`: a table corpus's text."""
     if is_prepared(corpus):
         data_dir = pathlib.Path(corpus).expanduser()
         meta = json.loads((data_dir / prepare_lib.META).read_text())
@@ -207,7 +220,7 @@ def load_documents(
     files = corpus_files(corpus)
     if files and all(f.stat().st_size == 0 for f in files):
         raise UserError(f"corpus {corpus} is empty; it needs text, one sentence per line")
-    data_dir = pathlib.Path(cache_dir or default_cache_dir()) / cache_key(corpus, files, tokenizer_path)
+    data_dir = pathlib.Path(cache_dir or default_cache_dir()) / cache_key(corpus, files, tokenizer_path, text_column)
     meta_path = data_dir / prepare_lib.META
     if not meta_path.exists():
         workers = workers or prepare_lib.default_workers()
@@ -216,7 +229,8 @@ def load_documents(
             log(f"corpus {corpus}: replaced {stray} NUL or invalid UTF-8 sequence(s) (under {NOT_TEXT_FRACTION:.0%} "
                 "of the text, so kept as text)")
         log(f"tokenizing corpus {corpus} into {data_dir} with {workers} process(es) (once; later runs reuse it)")
-        prepare_lib.prepare(prepare_lib.plan(corpus, files), tokenizer, data_dir, workers=workers, progress=progress,
+        prepare_lib.prepare(prepare_lib.plan(corpus, files, text_column=text_column), tokenizer, data_dir,
+                            workers=workers, progress=progress,
                             tokenizer_digest=tokenizer_digest(tokenizer_path))
     return _splits(corpus, data_dir, json.loads(meta_path.read_text()))
 

@@ -11,6 +11,9 @@ Input formats (by file suffix; a directory may mix them, its files are taken sor
 - text (any other suffix): BERT's format, one sentence per line, a blank line between documents.
 - JSON lines (`.jsonl`, `.json`): one JSON object per line with a string field `text`, one
   document per line; sentences are split by `split_sentences` (the rule is written there).
+- Hugging Face `datasets` tables (`.parquet`, `.arrow`, a `save_to_disk` directory:
+  `bertology.data.tables`): one document per row, its text in the column `data.text_column`
+  names ("text" by default), split into sentences like JSON lines; a task is a range of rows.
 - `tfds:NAME@DATA_DIR` (NAME may carry a config and version, `wikipedia/20230601.en`): a TFDS
   dataset prepared elsewhere as array_record under DATA_DIR, its `train` split read by index, each
   example's `text` feature one document, split into sentences like JSON lines.
@@ -40,6 +43,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 from etils import epath
 
+from bertology.data import tables
 from bertology.data.tokenizers import Tokenizer
 from bertology.errors import UserError
 
@@ -67,10 +71,11 @@ class Task:
     """One shard's input: bytes [start, stop) of a file, or records [start, stop) of a TFDS split."""
 
     source: str
-    kind: str  # "text" | "jsonl" | "tfds"
+    kind: str  # "text" | "jsonl" | "tfds" | "table"
     start: int
     stop: int
-    size: int  # bytes, for progress (for TFDS: an estimate)
+    size: int  # bytes, for progress (for TFDS and tables: an estimate)
+    column: str = "text"  # a table's text column
 
 
 def encode_document(sentences: Sequence[Sequence[int]]) -> bytes:
@@ -89,7 +94,8 @@ def decode(record: bytes) -> list[np.ndarray]:
 
 
 def _kind(path: pathlib.Path) -> str:
-    return "jsonl" if path.suffix.lower() in JSON_SUFFIXES else "text"
+    suffix = path.suffix.lower()
+    return "jsonl" if suffix in JSON_SUFFIXES else "table" if suffix in tables.SUFFIXES else "text"
 
 
 def _text_boundaries(path: pathlib.Path, chunk_bytes: int) -> list[int]:
@@ -153,8 +159,9 @@ def _tfds_source(directory: str):
                         "--file_format array_record") from e
 
 
-def plan(corpus: str | os.PathLike, files: Sequence[pathlib.Path], chunk_bytes: int = CHUNK_BYTES) -> list[Task]:
-    """The tasks of a corpus, in corpus order (each one shard)."""
+def plan(corpus: str | os.PathLike, files: Sequence[pathlib.Path], chunk_bytes: int = CHUNK_BYTES,
+         text_column: str = "text") -> list[Task]:
+    """The tasks of a corpus, in corpus order (each one shard); a table's text is `text_column`."""
     if str(corpus).startswith(TFDS_PREFIX):
         directory = str(_tfds_directory(str(corpus)))
         n = len(_tfds_source(directory))
@@ -162,6 +169,12 @@ def plan(corpus: str | os.PathLike, files: Sequence[pathlib.Path], chunk_bytes: 
         return [Task(directory, "tfds", lo, min(lo + per, n), (min(lo + per, n) - lo) * 2048) for lo in range(0, n, per)]
     tasks = []
     for path in files:
+        if _kind(path) == "table":
+            n, size = tables.read(path).num_rows, path.stat().st_size
+            per = max(1, chunk_bytes * n // max(size, 1))  # rows of about chunk_bytes
+            tasks += [Task(str(path), "table", lo, min(lo + per, n), size * (min(lo + per, n) - lo) // max(n, 1),
+                           text_column) for lo in range(0, n, per)]
+            continue
         cuts = _text_boundaries(path, chunk_bytes)
         tasks += [Task(str(path), _kind(path), lo, hi, hi - lo) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
     return tasks
@@ -170,6 +183,18 @@ def plan(corpus: str | os.PathLike, files: Sequence[pathlib.Path], chunk_bytes: 
 def task_documents(task: Task) -> Iterator[list[str]]:
     """The documents of one task as lists of sentences; blank lines and the range's end close a
     text document (as reading the whole file would: ranges end at blank lines)."""
+    if task.kind == "table":
+        table = tables.read(pathlib.Path(task.source))
+        if task.column not in table.column_names:
+            raise UserError(f"corpus file {task.source} has no column {task.column!r} (it has {table.column_names}); "
+                            "set data.text_column to the column holding the text")
+        for number, text in enumerate(table.column(task.column).slice(task.start, task.stop - task.start).to_pylist(),
+                                      task.start + 1):
+            if not isinstance(text, str):
+                raise UserError(f"corpus file {task.source}: row {number}'s {task.column!r} is "
+                                f"{type(text).__name__}, not text; fix or remove it")
+            yield split_sentences(text)
+        return
     if task.kind == "tfds":
         source = _tfds_source(task.source)
         for i in range(task.start, task.stop):

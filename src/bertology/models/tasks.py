@@ -115,7 +115,10 @@ class TaskModel(nn.Module):
                else TransformerConfig(vocab_size=self.cfg.vocab_size, dropout_rate=self.cfg.dropout_rate))
         inputs = {k: batch[k] for k in INPUTS if k in batch}
         choices = inputs["input_ids"].shape[1] if kind.choices else None
-        if choices:  # [batch, choices, length, ...] -> [batch·choices, length, ...]
+        # several readings of one example ([batch, readings, length]: a pair in both orders, GPT-1's
+        # similarity input, Radford et al. 2018 §3.3): their pooled states are added before the head
+        readings = inputs["input_ids"].shape[1] if inputs["input_ids"].ndim == 3 and not choices else None
+        if choices or readings:  # [batch, n, length, ...] -> [batch·n, length, ...]
             inputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in inputs.items()}
         mask = inputs["input_mask"]
         network = trunk(self.cfg, self.family)
@@ -125,6 +128,8 @@ class TaskModel(nn.Module):
             pooled = masked_mean(sequence, mask)
         else:
             sequence, pooled = out["sequence"], out["pooled"]
+        if readings:  # only the pooled kinds' rows have them (`kinds._pairs`)
+            pooled = pooled.reshape(-1, readings, pooled.shape[-1]).sum(axis=1)
         x = sequence if kind.per_token else pooled
         if kind.dropout:
             x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)

@@ -7,8 +7,10 @@
 
 The format follows the file's suffix: `.csv` is read with Python's csv module (RFC 4180 quoting,
 so a field may hold commas, quotes and line breaks); `.tsv` and `.txt` split on tabs and nothing
-else, as GLUE's files are read (a `"` is text); `.jsonl`/`.json` hold one JSON object per line.
-CSV and TSV files start with a header naming their columns. `data.columns` names the ones to
+else, as GLUE's files are read (a `"` is text); `.jsonl`/`.json` hold one JSON object per line;
+`.parquet`, `.arrow` and a directory `Dataset.save_to_disk` wrote are Hugging Face `datasets`
+tables (`bertology.data.tables`; an error's number is then the row's). CSV and TSV files start
+with a header naming their columns. `data.columns` names the ones to
 read (`text`, optionally `pair`, and `label`; `tag` is the column number of a tagging file, -1
 the last). `data.labels` lists the classes or tags in order ("against,none,favor"); unset, they
 are the training file's own, sorted (numbers by value; for tags "O" first), and a label of
@@ -36,6 +38,7 @@ import numpy as np
 import sklearn.metrics
 import tensorflow_datasets as tfds
 
+from bertology.data import tables
 from bertology.errors import UserError
 from bertology.evaluation import classification as metrics
 from bertology.evaluation import conll as conll_metrics
@@ -54,14 +57,19 @@ def _path(data: Mapping[str, Any], split: str, task: str) -> pathlib.Path | None
             return None
         raise UserError(f"{task}: set --config.data.files.{split}=PATH (the {split} file: .csv, .tsv or .jsonl"
                         f"{', CoNLL columns' if task == 'token_tagging' else ''})")
-    return builder.require(pathlib.Path(name).expanduser(), task, f"set data.files.{split} to an existing file")
+    path = pathlib.Path(name).expanduser()
+    return path if path.is_dir() else builder.require(path, task, f"set data.files.{split} to an existing file")
 
 
 def rows(path: pathlib.Path) -> tuple[list[str] | None, Iterator[tuple[int, dict[str, Any]]]]:
-    """(the header, None for JSON Lines; (line number, {column: value}) of each row) by suffix.
-    A CSV or TSV row whose field count is not the header's becomes {} (skipped by the caller)."""
-    text = builder.read_text(path)
+    """(the header, None for JSON Lines; (line number, or row number in a table, {column: value})
+    of each row) by suffix. A CSV or TSV row whose field count is not the header's becomes {}
+    (skipped by the caller)."""
     suffix = path.suffix.lower()
+    if tables.is_table(path):
+        table = tables.read(path)
+        return table.column_names, enumerate(table.to_pylist(), 1)
+    text = builder.read_text(path)
     if suffix in (".jsonl", ".json"):
         return None, _json_rows(path, text)
     if suffix == ".csv":
@@ -74,7 +82,7 @@ def rows(path: pathlib.Path) -> tuple[list[str] | None, Iterator[tuple[int, dict
         header = lines[0].rstrip("\r").split("\t") if lines else []
         fields = ((n, line.rstrip("\r").split("\t")) for n, line in enumerate(lines[1:], 2) if line.strip())
         return header, ((n, dict(zip(header, f)) if len(f) == len(header) else {}) for n, f in fields)
-    raise UserError(f"{path}: unknown file type {path.suffix!r}; use .csv, .tsv (or .txt) or .jsonl")
+    raise UserError(f"{path}: unknown file type {path.suffix!r}; use .csv, .tsv (or .txt), .jsonl, .parquet or .arrow")
 
 
 def _json_rows(path: pathlib.Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -197,7 +205,8 @@ def _loader(task: str, files: dict[str, pathlib.Path], parse: Any, features: dic
     (the columns and labels) joins the files' identity in the parsed cache's name."""
     parsers: dict[str, builder.Parser] = {split: functools.partial(parse, path, split) for split, path in files.items()}
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    splits = builder.load(f"{task}_{digest}", features, parsers, list(files.values()), cache_dir, log)
+    sources = [f for path in files.values() for f in (tables.shards(path) if tables.is_table(path) else [path])]
+    splits = builder.load(f"{task}_{digest}", features, parsers, sources, cache_dir, log)
     builder.refuse_lossy(splits.reads, builder.MAX_SKIPPED_FRACTION if max_skipped_fraction is None else max_skipped_fraction)
     return splits
 

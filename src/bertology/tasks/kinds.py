@@ -59,7 +59,17 @@ def _rows(rows: list[dict[str, Any]]) -> Features:
 
 def _pairs(examples: list[Example], tokenizer: Tokenizer, data: ml_collections.ConfigDict,
            layout: encode.Layout) -> Features:
-    return _rows([{**encode.encode_pair(tokenizer, e["text_a"], e["text_b"], data.max_seq_length, layout),
+    """One row per example; with `data.both_orders`, two: the pair as given and swapped ([n, 2,
+    length]), which the task model reads as one (GPT-1's similarity input: `TaskModel`)."""
+    def encoded(a: str, b: str) -> dict[str, np.ndarray]:
+        return encode.encode_pair(tokenizer, a, b, data.max_seq_length, layout)
+
+    if not data.get("both_orders"):
+        return _rows([{**encoded(e["text_a"], e["text_b"]), "label": e["label"]} for e in examples])
+    if examples and not any(e["text_b"] for e in examples):
+        raise UserError("data.both_orders reads sentence pairs in both orders, and this task has single sentences; "
+                        "set data.both_orders=False")
+    return _rows([{**encode.stack([encoded(e["text_a"], e["text_b"]), encoded(e["text_b"], e["text_a"])]),
                    "label": e["label"]} for e in examples])
 
 

@@ -93,6 +93,9 @@ def default_config(task: str) -> ml_collections.ConfigDict:
         max_answer_length=30,
         null_score_threshold=0.0,  # SQuAD 2.0: answer "" when null score - best span > this
         max_skipped_fraction=placeholder(float),  # GLUE: the share of a file's rows it may skip; None: 1% (QQP: all)
+        # a sentence pair read in both orders, the two final states added before the head (GPT-1's similarity
+        # tasks, Radford et al. 2018 §3.3: a causal trunk has no natural order for a symmetric relation)
+        both_orders=False,
         # Tasks from your own files (text_classification, text_regression, token_tagging; `tasks.custom`):
         files=ml_collections.ConfigDict(dict(train=placeholder(str), validation=placeholder(str), test=placeholder(str))),
         columns=ml_collections.ConfigDict(dict(text="text", pair=placeholder(str), label="label", tag=-1)),

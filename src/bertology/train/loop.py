@@ -182,7 +182,8 @@ def prepared(config: ml_collections.ConfigDict,
     vocab_path = pathlib.Path(config.data.vocab)
     corpus = config.data.corpus or embedded_corpus_path()
     docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log,
-                                     progress=jax.process_index() == 0)  # documents stay on disk, read by index
+                                     progress=jax.process_index() == 0,  # documents stay on disk, read by index
+                                     text_column=config.data.get("text_column", "text"))
     family = models.family(config.model.family)
     transform = transforms.make(config.data, tokenizer)
     eval_block = eval_model_block(config)
