@@ -214,3 +214,27 @@ def test_no_documents_give_no_rows():
 def test_bad_input_is_a_user_error(kw, message):
     with pytest.raises(UserError, match=message):
         make(corpus(n_docs=3)[0], **kw)
+
+
+def test_sentence_pairs_are_two_natural_sentences():
+    """RoBERTa's SENTENCE-PAIR+NSP: segment A is one whole sentence and B the one after it (label
+    0) or a random sentence of another document (label 1), about half each."""
+    from bertology.data.examples import create_sentence_pair_instances
+
+    docs, starts = corpus(n_docs=120, lengths=(5, 20))
+    inst = create_sentence_pair_instances(docs, max_seq_length=64, cls_id=CLS, sep_id=SEP, rng=np.random.default_rng(0))
+    assert 0.35 < inst.next_sentence_label.mean() < 0.65
+    sentences = {int(s[0]): s.tolist() for doc in docs for s in doc if len(s)}  # a sentence by its first token
+    for ids, seg, label, da, db in zip(inst.input_ids, inst.segment_ids, inst.next_sentence_label, inst.doc_a, inst.doc_b):
+        a = [int(t) for t in ids[1:][seg[1:] == 0] if t not in (SEP, PAD)]
+        b = [int(t) for t in ids[seg == 1] if t != SEP]
+        assert sentences[a[0]] == a and sentences[b[0]] == b  # whole sentences (all fit in 64)
+        if label == 0:
+            assert da == db and (b[0] - BASE) % DOC == (a[-1] - BASE) % DOC + 1  # the very next sentence
+        else:
+            assert da != db
+    long = create_sentence_pair_instances(docs, max_seq_length=12, cls_id=CLS, sep_id=SEP, rng=np.random.default_rng(0))
+    assert (long.input_mask.sum(1) <= 12).all() and (long.input_ids[:, 0] == CLS).all()  # trimmed pairs fit
+    alone = create_sentence_pair_instances(docs[:1], max_seq_length=64, cls_id=CLS, sep_id=SEP,
+                                           rng=np.random.default_rng(0))
+    assert len(alone.next_sentence_label) == len(docs[0]) // 2 and not alone.next_sentence_label.any()  # one document

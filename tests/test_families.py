@@ -251,6 +251,11 @@ def test_full_sentence_rows_pack_whole_sentences_across_documents():
     assert all(len(r) <= 16 for r in rows(docs, 16))
     # With room, documents share a row with a separator between them.
     assert rows(docs[:2], 24) == [[2, *range(10, 15), *range(20, 24), 3, *range(30, 37), 3]]
+    # DOC-SENTENCES (cross_documents=False): a document's end ends its row, even with room left
+    doc_rows = create_full_sentence_instances(docs[:2], max_seq_length=24, cls_id=2, sep_id=3, pad_id=0,
+                                              cross_documents=False)
+    assert [r[m > 0].tolist() for r, m in zip(doc_rows["input_ids"], doc_rows["input_mask"])] == [
+        [2, *range(10, 15), *range(20, 24), 3], [2, *range(30, 37), 3]]
 
 
 # --- every family trains ------------------------------------------------------------------------

@@ -189,3 +189,23 @@ def test_the_electra_efficiency_sweep_is_the_papers_ablation():
     assert names == ["bert", "electra_15", "replace_mlm", "all_tokens_mlm", "electra"] and len(c.seeds) >= 3
     objectives = [sweep._load(c, v.config).objective.get("variant") for v in sweep.variants(c)[1:]]
     assert objectives == ["electra_15", "replace_mlm", "all_tokens_mlm", "electra"]
+
+
+@pytest.mark.slow
+def test_the_roberta_input_formats_train(tmp_path):
+    """The two new formats of configs/sweep/roberta_formats.py pretrain a few steps: the sentence
+    pairs with NSP labels, the document sentences with masked LM alone (RoBERTa's objective on
+    BERT's network); the loss falls for each. (FULL-SENTENCES is RoBERTa's own, trained elsewhere.)"""
+    from bertology.train.loop import train
+
+    c = sweep.load_config(REPO / "configs/sweep/roberta_formats.py")
+    for v in sweep.variants(c)[1:]:
+        if v.name == "full_sentences":
+            continue
+        pc = sweep._pretrain_config(c, v.config, 10, v.overrides)
+        pc.batch_size, pc.log_every, pc.mesh.shape = 8, 1, (1, 1)
+        train(pc, tmp_path / v.name)
+        rows = [json.loads(line) for line in (tmp_path / v.name / "metrics.jsonl").read_text().splitlines()]
+        losses = [r["loss"] for r in rows if "loss" in r]
+        assert ("nsp_loss" in rows[0]) == (v.name == "sentence_pair"), (v.name, rows[0])
+        assert losses[-1] < losses[0], (v.name, losses)

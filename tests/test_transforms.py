@@ -145,8 +145,11 @@ def test_unknown_names_are_one_line_user_errors():
     names = ", ".join(sorted(transforms.registered()))  # every registered transform is offered
     with pytest.raises(UserError, match=rf"^data.objective='no_such_objective' is unknown; use one of {names}$"):
         PretrainingStream(docs(), TOK, cfg(objective="no_such_objective"), batch_size=8, seed=0)
-    with pytest.raises(UserError, match=r"data.instances='rows' is unknown; use one of pairs, full_sentences, packed"):
+    with pytest.raises(UserError, match=r"data.instances='rows' is unknown; use one of pairs, sentence_pairs, "
+                                         r"full_sentences, doc_sentences, packed"):
         transforms.make(cfg(instances="rows"), TOK)
+    with pytest.raises(UserError, match=r"'sentence_pairs' makes NSP pairs, not 'sop'"):
+        transforms.make(cfg(instances="sentence_pairs", sentence_task="sop"), TOK)
 
 
 def test_a_registered_transform_drives_the_stream(monkeypatch):

@@ -89,6 +89,46 @@ def create_pair_instances(
     return PairInstances(input_ids, segment_ids, input_mask, label.astype(np.int32), doc_ids[da], doc_ids[db])
 
 
+def create_sentence_pair_instances(
+    documents: Sequence[Sequence[np.ndarray]],
+    *,
+    max_seq_length: int,
+    cls_id: int,
+    sep_id: int,
+    rng: np.random.Generator,
+    pad_id: int = 0,
+) -> PairInstances:
+    """RoBERTa's SENTENCE-PAIR+NSP inputs (Liu et al. 2019, §4.2): each row one pair of natural
+    sentences, the two taken in turn from a document (label 0), or, half the time when there are
+    two documents with text, the second a random sentence of another document (label 1). A
+    document's last sentence, left without a partner, gets a random one (as BERT gives every
+    one-sentence chunk a random B); with one document it is dropped. Pairs longer than the row are
+    trimmed as BERT's `truncate_seq_pair` trims them. The rows are short: the paper raised the
+    batch size to keep the tokens per batch; here the batch stays fixed."""
+    if max_seq_length < 5:
+        raise UserError(f"max_seq_length={max_seq_length} leaves no room for two segments; use at least 5")
+    flat, bounds, ranges, doc_ids = _flatten(documents)
+    u = _uniforms(rng).__next__
+    spans = []
+    for d, (lo, hi) in enumerate(ranges):
+        for i in range(lo, hi, 2):
+            if i + 1 < hi and (len(ranges) < 2 or u() >= 0.5):
+                spans.append((d, i, d, i + 1, 0))
+            elif len(ranges) >= 2:
+                r = _below(u(), len(ranges) - 1)
+                r += r >= d
+                spans.append((d, i, r, ranges[r][0] + _below(u(), ranges[r][1] - ranges[r][0]), 1))
+    da, sa, db, sb, label = np.array(spans, dtype=np.int64).reshape(-1, 5).T
+    b = np.asarray(bounds, np.int64)
+    a0, la, b0, lb = b[sa], b[sa + 1] - b[sa], b[sb], b[sb + 1] - b[sb]
+    trim_a, trim_b = _trim_counts(la, lb, max_seq_length - 3)
+    a0, b0 = a0 + rng.binomial(trim_a, 0.5), b0 + rng.binomial(trim_b, 0.5)
+    input_ids, segment_ids, input_mask = _fill_rows(flat, a0, la - trim_a, b0, lb - trim_b, max_seq_length, cls_id,
+                                                    sep_id, pad_id)
+    ids = np.asarray(doc_ids, dtype=np.int32)
+    return PairInstances(input_ids, segment_ids, input_mask, label.astype(np.int32), ids[da], ids[db])
+
+
 def _flatten(
     documents: Sequence[Sequence[np.ndarray]],
 ) -> tuple[np.ndarray, list[int], list[tuple[int, int]], list[int]]:
@@ -188,9 +228,13 @@ def create_full_sentence_instances(
     cls_id: int,
     sep_id: int,
     pad_id: int = 0,
+    cross_documents: bool = True,
 ) -> dict[str, np.ndarray]:
     """RoBERTa's FULL-SENTENCES inputs: `[CLS] s1 s2 ... [SEP]`, whole sentences taken in order
-    until the next one would not fit, crossing document ends with a [SEP] between documents.
+    until the next one would not fit, crossing document ends with a [SEP] between documents;
+    with `cross_documents=False` its DOC-SENTENCES (Liu et al. 2019, §4.2; fairseq's
+    `complete_doc`): a document's end also ends the row, so rows near one are shorter (the paper
+    then raised the batch size to keep the tokens per batch; here the batch stays fixed).
 
     A sentence longer than a whole row is cut into row-sized pieces. One segment, no pair label.
     Returns input_ids, segment_ids (all 0) and input_mask, each (N, max_seq_length) int32.
@@ -215,8 +259,11 @@ def create_full_sentence_instances(
         sentences = [np.asarray(s, np.int32) for s in doc if len(s)]
         if not sentences:
             continue
-        if current:
+        if current and cross_documents:
             put(separator)
+        elif current:
+            rows.append(current)
+            current, used = [], 0
         for s in sentences:
             for k in range(0, len(s), room):
                 put(s[k : k + room])

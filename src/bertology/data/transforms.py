@@ -11,7 +11,7 @@ package, `families/<name>/data.py`, and registers itself when that module is imp
 finds a family's transform by its data.objective alone, never by naming the family.
 
 Transforms here:
-- `mlm`: BERT-family rows (data.instances = pairs | full_sentences | packed) with masked-LM
+- `mlm`: BERT-family rows (data.instances = pairs | sentence_pairs | full_sentences | doc_sentences | packed) with masked-LM
   corruption (data.masking = static | dynamic, data.mask_unit).
 - `causal`: GPT's rows, documents packed several per row, next-token targets within each piece.
 - `prefix_lm`: T5's prefix LM, one piece per row split at a random point.
@@ -38,7 +38,7 @@ import numpy as np
 from bertology import families, validation
 from bertology.data import packing
 from bertology.data.embedded import DEFAULT_LEXICON
-from bertology.data.examples import create_full_sentence_instances, create_pair_instances
+from bertology.data.examples import create_full_sentence_instances, create_pair_instances, create_sentence_pair_instances
 from bertology.data.lexicon import LexiconMatcher
 from bertology.data.masking import mask_tokens, mask_units
 from bertology.data.tokenizers import Tokenizer
@@ -152,11 +152,22 @@ def _pairs(documents: Sequence[Document], cfg: ml_collections.ConfigDict, tokeni
     }
 
 
-def _full_sentences(documents: Sequence[Document], cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
+def _sentence_pairs(documents: Sequence[Document], cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
                     rng: np.random.Generator) -> Batch:
-    """RoBERTa's FULL-SENTENCES rows (deterministic: `rng` is unused)."""
+    """RoBERTa's SENTENCE-PAIR+NSP rows: one natural sentence per segment."""
+    inst = create_sentence_pair_instances(documents, max_seq_length=cfg.max_seq_length, cls_id=tokenizer.cls_id,
+                                          sep_id=tokenizer.sep_id, pad_id=tokenizer.pad_id, rng=rng)
+    return {"input_ids": inst.input_ids, "segment_ids": inst.segment_ids, "input_mask": inst.input_mask,
+            "next_sentence_label": inst.next_sentence_label}
+
+
+def _full_sentences(documents: Sequence[Document], cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
+                    rng: np.random.Generator, cross_documents: bool = True) -> Batch:
+    """RoBERTa's FULL-SENTENCES rows, or DOC-SENTENCES without `cross_documents` (deterministic:
+    `rng` is unused)."""
     return create_full_sentence_instances(documents, max_seq_length=cfg.max_seq_length, cls_id=tokenizer.cls_id,
-                                          sep_id=tokenizer.sep_id, pad_id=tokenizer.pad_id)
+                                          sep_id=tokenizer.sep_id, pad_id=tokenizer.pad_id,
+                                          cross_documents=cross_documents)
 
 
 def _packed(documents: Sequence[Document], cfg: ml_collections.ConfigDict, tokenizer: Tokenizer,
@@ -167,7 +178,8 @@ def _packed(documents: Sequence[Document], cfg: ml_collections.ConfigDict, token
 
 
 _MLM_INSTANCES: dict[str, Callable[..., Batch]] = {
-    "pairs": _pairs, "full_sentences": _full_sentences, "packed": _packed,
+    "pairs": _pairs, "sentence_pairs": _sentence_pairs, "full_sentences": _full_sentences,
+    "doc_sentences": functools.partial(_full_sentences, cross_documents=False), "packed": _packed,
 }
 
 
@@ -175,7 +187,8 @@ _MLM_INSTANCES: dict[str, Callable[..., Batch]] = {
 class MaskedLM(Transform):
     """The BERT family's rows and masked-LM corruption.
 
-    data.instances: pairs (BERT, ALBERT) | full_sentences (RoBERTa) | packed; data.masking: static
+    data.instances: pairs (BERT, ALBERT) | sentence_pairs | full_sentences (RoBERTa) | doc_sentences
+    (RoBERTa's input-format ablation, Liu et al. 2019 §4.2) | packed; data.masking: static
     (BERT: `dupe_factor` differently masked copies of the data) | dynamic (RoBERTa: fresh masks every
     batch); data.mask_unit: token (BERT) | whole_word | ngram (ALBERT) | span (SpanBERT) | entity
     (ERNIE, with data.lexicon, default: a phrase list for the embedded corpus); data.mask_prob /
@@ -210,6 +223,8 @@ class MaskedLM(Transform):
         task = cfg.get("sentence_task", "nsp")
         if self.kind == "pairs" and task not in ("nsp", "sop"):
             raise UserError(f"data.sentence_task={task!r} is unknown; use 'nsp' (random next) or 'sop' (swapped order)")
+        if self.kind == "sentence_pairs" and task != "nsp":
+            raise UserError(f"data.instances='sentence_pairs' makes NSP pairs, not {task!r}; set data.sentence_task='nsp'")
         self.unit = cfg.get("mask_unit", "token")
 
     @property
