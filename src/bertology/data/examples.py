@@ -39,7 +39,8 @@ class PairInstances:
     input_ids: np.ndarray  # (N, L) int32; pad_id after the last [SEP]
     segment_ids: np.ndarray  # (N, L) int32; 0 on [CLS] A [SEP], 1 on B [SEP], 0 on padding
     input_mask: np.ndarray  # (N, L) int32; 1 on real tokens
-    next_sentence_label: np.ndarray  # (N,) int32; 0 = B follows A, 1 = random B (or swapped pair)
+    next_sentence_label: np.ndarray  # (N,) int32; 0 = B follows A, 1 = random B (or swapped pair); 2 = random B
+    # under `sentence_structure` (1 is then the swapped pair)
     doc_a: np.ndarray  # (N,) int32; index into `documents` of the first segment's text
     doc_b: np.ndarray  # (N,) int32; same for the second segment
 
@@ -54,6 +55,7 @@ def create_pair_instances(
     rng: np.random.Generator,
     nsp: bool = True,
     swap_for_negative: bool = False,
+    sentence_structure: bool = False,
     pad_id: int = 0,
 ) -> PairInstances:
     """Every document in order, cut into segment pairs as BERT's `create_instances_from_document`.
@@ -62,25 +64,29 @@ def create_pair_instances(
     `swap_for_negative` (ALBERT's sentence order) the true pair swapped. Swaps are half the rows;
     random Bs a little more, as BERT gives every one-sentence chunk one, and none at all when
     fewer than two documents have text. With `nsp=False` every B follows A and every label is 0.
+    `sentence_structure` (StructBERT's three classes): a random B (label 2) a third of the time,
+    the rest half swapped (label 1: B precedes A) and half in order (label 0).
     """
     if max_seq_length < 5:
         raise UserError(f"max_seq_length={max_seq_length} leaves no room for two segments; use at least 5")
     if not 0.0 <= short_seq_prob <= 1.0:
         raise UserError(f"short_seq_prob={short_seq_prob} is not a probability; use a value in [0, 1]")
-    if swap_for_negative and not nsp:
-        raise UserError("swap_for_negative=True makes negatives, which nsp=False turns off; set nsp=True")
+    if (swap_for_negative or sentence_structure) and not nsp:
+        raise UserError("swap_for_negative and sentence_structure make negatives, which nsp=False turns off; set nsp=True")
     max_tokens = max_seq_length - 3
     flat, bounds, ranges, doc_ids = _flatten(documents)
+    swap = nsp and (swap_for_negative or sentence_structure)
     spans = _choose_spans(bounds, ranges, max_tokens, short_seq_prob, _uniforms(rng).__next__,
-                          random_b=nsp and not swap_for_negative and len(ranges) >= 2,
-                          swap=nsp and swap_for_negative)
+                          random_b=nsp and (sentence_structure or not swap_for_negative) and len(ranges) >= 2,
+                          swap=swap, random_prob=1 / 3 if sentence_structure else 0.5,
+                          random_label=2 if sentence_structure else 1)
     da, a0, a1, db, b0, b1, label = np.array(spans, dtype=np.int64).reshape(-1, 7).T
     la, lb = a1 - a0, b1 - b0
     trim_a, trim_b = _trim_counts(la, lb, max_tokens)
     a0 = a0 + rng.binomial(trim_a, 0.5)
     b0 = b0 + rng.binomial(trim_b, 0.5)
     la, lb = la - trim_a, lb - trim_b
-    swapped = label.astype(bool) & swap_for_negative
+    swapped = (label == 1) & swap
     a0, b0 = np.where(swapped, b0, a0), np.where(swapped, a0, b0)
     la, lb = np.where(swapped, lb, la), np.where(swapped, la, lb)
     da, db = np.where(swapped, db, da), np.where(swapped, da, db)
@@ -163,9 +169,12 @@ def _below(u: float, n: int) -> int:
 
 
 def _choose_spans(bounds: list[int], ranges: list[tuple[int, int]], max_tokens: int, short_seq_prob: float,
-                  u: Callable[[], float], *, random_b: bool, swap: bool) -> list[tuple[int, ...]]:
+                  u: Callable[[], float], *, random_b: bool, swap: bool, random_prob: float = 0.5,
+                  random_label: int = 1) -> list[tuple[int, ...]]:
     """(doc_a, a_start, a_stop, doc_b, b_start, b_stop, label) per instance, in token offsets of
-    the flat array, before truncation; the loop of `create_instances_from_document`."""
+    the flat array, before truncation; the loop of `create_instances_from_document`. A random B
+    (with `random_prob`) is labelled `random_label`; with `swap`, half the others are labelled 1
+    (to be swapped)."""
     spans: list[tuple[int, ...]] = []
     for d, (lo, hi) in enumerate(ranges):
         target = 2 + _below(u(), max_tokens - 1) if u() < short_seq_prob else max_tokens
@@ -173,13 +182,13 @@ def _choose_spans(bounds: list[int], ranges: list[tuple[int, int]], max_tokens: 
         while i < hi:
             end = bisect_left(bounds, bounds[i] + target, i + 1, hi)  # shortest chunk reaching target
             a_end = i + 1 + _below(u(), end - i - 1) if end - i >= 2 else i + 1
-            if random_b and (end - i == 1 or u() < 0.5):
+            if random_b and (end - i == 1 or u() < random_prob):
                 r = _below(u(), len(ranges) - 1)
                 r += r >= d
                 r_lo, r_hi = ranges[r]
                 start = r_lo + _below(u(), r_hi - r_lo)
                 stop = bisect_left(bounds, bounds[start] + target - (bounds[a_end] - bounds[i]), start + 1, r_hi)
-                spans.append((d, bounds[i], bounds[a_end], r, bounds[start], bounds[stop], 1))
+                spans.append((d, bounds[i], bounds[a_end], r, bounds[start], bounds[stop], random_label))
                 i = a_end  # the rest of the chunk is put back
                 continue
             cut = bounds[a_end]
