@@ -170,7 +170,7 @@ def plan(corpus: str | os.PathLike, files: Sequence[pathlib.Path], chunk_bytes: 
     tasks = []
     for path in files:
         if _kind(path) == "table":
-            n, size = tables.read(path).num_rows, path.stat().st_size
+            n, size = tables.rows(path), path.stat().st_size
             per = max(1, chunk_bytes * n // max(size, 1))  # rows of about chunk_bytes
             tasks += [Task(str(path), "table", lo, min(lo + per, n), size * (min(lo + per, n) - lo) // max(n, 1),
                            text_column) for lo in range(0, n, per)]
@@ -184,9 +184,10 @@ def task_documents(task: Task) -> Iterator[list[str]]:
     """The documents of one task as lists of sentences; blank lines and the range's end close a
     text document (as reading the whole file would: ranges end at blank lines)."""
     if task.kind == "table":
-        table = tables.read(pathlib.Path(task.source))
+        table = tables.read(pathlib.Path(task.source), [task.column])
         if task.column not in table.column_names:
-            raise UserError(f"corpus file {task.source} has no column {task.column!r} (it has {table.column_names}); "
+            names = tables.read(pathlib.Path(task.source)).schema.names
+            raise UserError(f"corpus file {task.source} has no column {task.column!r} (it has {names}); "
                             "set data.text_column to the column holding the text")
         for number, text in enumerate(table.column(task.column).slice(task.start, task.stop - task.start).to_pylist(),
                                       task.start + 1):

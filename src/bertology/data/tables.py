@@ -50,25 +50,36 @@ def shards(path: pathlib.Path) -> list[pathlib.Path]:
     return [*files, state]
 
 
-def read(path: pathlib.Path) -> pa.Table:
-    """The whole table (a directory's shards concatenated in order)."""
+def rows(path: pathlib.Path) -> int:
+    """How many rows the table has, from parquet's footer or the Arrow batches' lengths (memory-mapped)."""
+    files = [f for f in shards(path) if f.suffix.lower() in SUFFIXES]
+    return sum(pq.ParquetFile(f).metadata.num_rows if f.suffix.lower() == ".parquet" else _read_file(f).num_rows
+               for f in files)
+
+
+def read(path: pathlib.Path, columns: list[str] | None = None) -> pa.Table:
+    """The table (a directory's shards concatenated in order); `columns`: only those (a parquet
+    file then reads nothing else; Arrow files are memory-mapped, so unread columns cost nothing)."""
     files = [f for f in shards(path) if f.suffix.lower() in SUFFIXES]
     try:
-        return pa.concat_tables([_read_file(f) for f in files]) if len(files) != 1 else _read_file(files[0])
+        tables = [_read_file(f, columns) for f in files]
+        return pa.concat_tables(tables) if len(tables) != 1 else tables[0]
     except pa.ArrowInvalid as e:
         raise UserError(f"{path}: the tables of its shards differ ({str(e).splitlines()[0]}); save the dataset again") from None
 
 
-def _read_file(path: pathlib.Path) -> pa.Table:
+def _read_file(path: pathlib.Path, columns: list[str] | None = None) -> pa.Table:
     try:
         if path.suffix.lower() == ".parquet":
-            return pq.read_table(path)
+            schema = pq.read_schema(path)
+            return pq.read_table(path, columns=[c for c in columns if c in schema.names] if columns else None)
         with pa.memory_map(str(path)) as source:
             try:
-                return pa.ipc.open_stream(source).read_all()
+                table = pa.ipc.open_stream(source).read_all()
             except pa.ArrowInvalid:
                 source.seek(0)
-                return pa.ipc.open_file(source).read_all()
+                table = pa.ipc.open_file(source).read_all()
+        return table.select([c for c in columns if c in table.column_names]) if columns else table
     except (pa.ArrowInvalid, OSError) as e:
         kind = "parquet" if path.suffix.lower() == ".parquet" else "Arrow IPC"
         raise UserError(f"{path}: not a {kind} file ({str(e).splitlines()[0][:120]}); write it again") from None
