@@ -5,8 +5,10 @@ scanned stacks alike), and a fine-tuning run that freezes what it should when it
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from helpers import tiny
 
+from bertology.errors import UserError
 from bertology.models import layout
 from bertology.models.transformer import stack_layers
 from bertology.train import optimizer as optimizer_lib
@@ -81,3 +83,9 @@ def test_a_gradually_unfrozen_run_keeps_the_lower_layers_until_their_epoch(tmp_p
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), params[4]["encoder"]["embeddings"],
                  fresh["encoder"]["embeddings"])
     assert result["steps"] == 4
+
+
+def test_unfreezing_a_partly_frozen_trunk_is_refused(tmp_path):
+    with pytest.raises(UserError, match="unfreeze_every_epochs thaws the whole trunk.*set mode='full'"):
+        finetune(tiny("sst2", "glue/SST-2", mode="adapters", unfreeze_every_epochs=1.0), tmp_path)
+    assert not (tmp_path / "checkpoints").exists()

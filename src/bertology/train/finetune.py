@@ -273,6 +273,9 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
         raise UserError(f"optimizer.layerwise_lr_decay needs a layered Transformer trunk, not {family}'s; set it to 1.0")
     if config.unfreeze_every_epochs and not hasattr(cfg, "num_layers"):
         raise UserError(f"unfreeze_every_epochs needs a layered Transformer trunk, not {family}'s; set it to 0")
+    if config.unfreeze_every_epochs and config.mode != "full":
+        raise UserError(f"unfreeze_every_epochs thaws the whole trunk layer by layer; mode={config.mode!r} keeps part of "
+                        "it frozen throughout: set mode='full' or unfreeze_every_epochs=0")
     check_length(cfg, config.data.max_seq_length, "data.max_seq_length")
 
     splits = _training_splits(config, task)
