@@ -123,9 +123,9 @@ def _presets(c: ml_collections.ConfigDict, file: str) -> tuple:
 
 
 def _pretrain_config(c: ml_collections.ConfigDict, spec: str, steps: int, overrides: dict | None = None,
-                     init: str | None = None) -> ml_collections.ConfigDict:
+                     init: str | None = None, seed: int = 0) -> ml_collections.ConfigDict:
     """The pretraining config `spec` at the sweep's batch and length (masked predictions and
-    decoder rows scaled with the length), `steps` long, then the variant's overrides."""
+    decoder rows scaled with the length), `steps` long, then the variant's overrides; `seed`'s run."""
     pc = _load(c, spec)
     for key, least in (("max_predictions_per_seq", 1), ("max_target_length", 2)):
         if pc.data.get(key):
@@ -137,6 +137,7 @@ def _pretrain_config(c: ml_collections.ConfigDict, spec: str, steps: int, overri
     pc.eval_every, pc.checkpoint_every, pc.log_every = 0, steps, max(1, steps // 5)
     pc.mesh.shape = tuple(c.mesh_shape)
     pc.update(overrides or {})
+    pc.seed = seed
     if init is not None:
         pc.init_checkpoint = init
     return pc
@@ -253,11 +254,8 @@ def sweep(c: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> list[dic
         if v.init_from:
             init = workdir / "pretrain" / f"{tag}_init"
             if not _finished(init, run["init_steps"]):
-                ic = _pretrain_config(c, v.init_from, run["init_steps"])
-                ic.seed = seed
-                train(ic, init)
-        pc = _pretrain_config(c, v.config, run["steps"], v.overrides, None if init is None else str(init))
-        pc.seed = seed
+                train(_pretrain_config(c, v.init_from, run["init_steps"], seed=seed), init)
+        pc = _pretrain_config(c, v.config, run["steps"], v.overrides, None if init is None else str(init), seed)
         if not _finished(workdir / "pretrain" / tag, run["steps"]):
             train(pc, workdir / "pretrain" / tag)
         return _finetune(c, pc.model.family, str(workdir / "pretrain" / tag), workdir / "finetune" / tag, seed)

@@ -50,7 +50,7 @@ def corpus_files(corpus: str | pathlib.Path) -> list[pathlib.Path]:
     path = pathlib.Path(corpus).expanduser()
     if not path.exists():
         raise UserError(f"corpus not found: {path}; set data.corpus to a text file or a directory of them")
-    if path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file()):
+    if tables.is_saved(path):
         return [f for f in tables.shards(path) if f.suffix == ".arrow"]
     files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")) if path.is_dir() else [path]
     if not files:

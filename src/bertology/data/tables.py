@@ -28,6 +28,11 @@ def is_table(path: pathlib.Path) -> bool:
     return path.is_dir() or path.suffix.lower() in SUFFIXES
 
 
+def is_saved(path: pathlib.Path) -> bool:
+    """Whether `path` is a directory `save_to_disk` wrote (a Dataset's, or a DatasetDict's)."""
+    return path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file())
+
+
 def shards(path: pathlib.Path) -> list[pathlib.Path]:
     """The files holding the table's rows, in order: the file itself, or a `save_to_disk`
     directory's Arrow shards (with its state.json, so a cache keyed on them notices a rewrite)."""

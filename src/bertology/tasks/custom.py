@@ -32,7 +32,7 @@ import io
 import json
 import math
 import pathlib
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import sklearn.metrics
@@ -191,11 +191,12 @@ def _sentences(path: pathlib.Path, column: int) -> Iterator[tuple[int, list[str]
                      fix="one word per line, its tag in data.columns.tag, a blank line between sentences")
 
 
-def _labels(data: Mapping[str, Any], found: Iterator[str] | set[str]) -> tuple[str, ...]:
+def _labels(data: Mapping[str, Any], found: Callable[[], Iterable[str]]) -> tuple[str, ...]:
+    """`data.labels` in order, else the training file's (`found()`, read only then), sorted."""
     given = data.get("labels")
     if given:
         return tuple(w.strip() for w in (given.split(",") if isinstance(given, str) else given))
-    return _sorted(set(found))
+    return _sorted(set(found()))
 
 
 def _loader(task: str, files: dict[str, pathlib.Path], parse: Any, features: dict[str, Any], key: str,
@@ -242,7 +243,7 @@ def _text_task(name: str, data: Mapping[str, Any]) -> Task:
     regression = name == "text_regression"
     files = {s: p for s in SPLITS if (p := _path(data, s, name)) is not None}
     columns = Columns(data, regression)
-    labels = () if regression else _labels(data, _training_labels(files["train"], columns))
+    labels = () if regression else _labels(data, lambda: _training_labels(files["train"], columns))
     if not regression and len(labels) < 2:
         raise UserError(f"{name}: the training file has {len(labels)} label(s) {list(labels)}; a classifier needs two "
                         "or more (set data.labels, or use text_regression for numbers)")
@@ -260,7 +261,7 @@ def _text_task(name: str, data: Mapping[str, Any]) -> Task:
 def _tagging_task(name: str, data: Mapping[str, Any]) -> Task:
     files = {s: p for s in SPLITS if (p := _path(data, s, name)) is not None}
     column = int((data.get("columns") or {}).get("tag", -1))
-    labels = _labels(data, (t for _, _, tags in _sentences(files["train"], column) for t in tags))
+    labels = _labels(data, lambda: (t for _, _, tags in _sentences(files["train"], column) for t in tags))
     features = {"idx": np.int64, "tokens": tfds.features.Sequence(tfds.features.Text()),
                 "tags": tfds.features.Sequence(np.int64)}
 

@@ -125,6 +125,7 @@ def gradually_unfrozen(cfg: ml_collections.ConfigDict, lr: optax.Schedule, ranks
     step count for all, a group thawing at step 1000 would move by about 3× the learning rate on
     its first step (its second moment not yet warmed up but corrected as if it were)."""
     b1, b2, eps, wd = cfg.b1, cfg.b2, cfg.eps, cfg.weight_decay
+    clip = optax.clip_by_global_norm(cfg.clip_norm)
 
     def init(params):
         zeros = lambda x: jnp.zeros_like(x, jnp.float32)  # noqa: E731
@@ -134,8 +135,7 @@ def gradually_unfrozen(cfg: ml_collections.ConfigDict, lr: optax.Schedule, ranks
     def update(grads, state, params=None):
         active = jax.tree.map(lambda r: r <= state.step // every, ranks)
         grads = jax.tree.map(lambda g, a: jnp.where(a, g.astype(jnp.float32), 0.0), grads, active)
-        norm = optax.tree.norm(grads)
-        grads = jax.tree.map(lambda g: g * jnp.minimum(1.0, cfg.clip_norm / jnp.maximum(norm, 1e-30)), grads)
+        grads, _ = clip.update(grads, clip.init(grads))
         steps = jax.tree.map(lambda n, a: n + a.astype(jnp.int32), state.steps, active)
         mu = jax.tree.map(lambda m, g, a: jnp.where(a, b1 * m + (1 - b1) * g, m), state.mu, grads, active)
         nu = jax.tree.map(lambda v, g, a: jnp.where(a, b2 * v + (1 - b2) * g * g, v), state.nu, grads, active)

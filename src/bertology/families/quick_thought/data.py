@@ -46,15 +46,13 @@ class QuickThoughtRows(Transform):
         rows = []
         for doc in documents:
             sentences = [s for s in doc if len(s)]
-            rows += [sentences[i:i + self.per_row] for i in range(0, len(sentences), self.per_row)
-                     if len(sentences[i:i + self.per_row]) >= 2]
+            chunks = (sentences[i:i + self.per_row] for i in range(0, len(sentences), self.per_row))
+            rows += [chunk for chunk in chunks if len(chunk) >= 2]
         ids = np.full((len(rows), self.per_row, length), tok.pad_id, np.int32)
+        mask = np.zeros_like(ids)
         for r, row in enumerate(rows):
             for k, s in enumerate(row):
                 body = np.asarray(s[: length - 2], np.int32)
                 ids[r, k, : len(body) + 2] = np.concatenate([[tok.cls_id], body, [tok.sep_id]])
-        mask = np.zeros_like(ids)
-        for r, row in enumerate(rows):
-            for k, s in enumerate(row):
-                mask[r, k, : min(len(s), length - 2) + 2] = 1
+                mask[r, k, : len(body) + 2] = 1
         return {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)}

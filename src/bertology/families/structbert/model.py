@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-import ml_collections
 
-from bertology.models import Family, encoder_config, flops
+from bertology.families.bert.model import flops_per_token, trunk
+from bertology.models import Family
 from bertology.models.heads import ClassifierHead, MaskedLMHead
 from bertology.models.transformer import Encoder, TransformerConfig
 
@@ -34,15 +34,6 @@ class Model(nn.Module):
         return {"mlm_logits": self.mlm(out["sequence"], self.encoder.attend), "sso_logits": self.sso(out["pooled"])}
 
 
-def trunk(params: dict) -> dict:
-    return params["encoder"]
-
-
-def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) -> float:
-    """BERT's count: the encoder, the MLM head at the prediction slots (masked and shuffled
-    tokens alike) and the sentence head."""
-    return flops.masked_lm(encoder_config(config.model), config.data.max_seq_length,
-                           config.data.max_predictions_per_seq, nominal, sentence=True)
-
-
+# BERT's trunk, and BERT's count: the encoder, the MLM head at the prediction slots (masked and
+# shuffled tokens alike) and the sentence head
 FAMILY = Family(Model, trunk, flops_per_token)
