@@ -11,7 +11,10 @@ Presets:
   1B Word; here the optimizer is AdamW and the softmax full, and the vocabulary is the embedded
   corpus's 32k words unless `--config.data.vocab=` names another (a vocab.txt of words with
   BERT's specials, `<S>` and `</S>`: `bertology.data.words.build_word_vocab`).
-- small: 5 filters (512), projection 256, 1024 cells, 16k words.
+- small / medium: the smaller released biLMs (AllenNLP's elmo_2x1024_128_2048cnn_1xhighway and
+  elmo_2x2048_256_2048cnn_1xhighway, named for their shapes: 2 LSTM layers of 1024 / 2048 cells
+  projected to 128 / 256, the original's 2048-filter char CNN, 1 highway layer), so their
+  options.json and weights.hdf5 load into these presets; 16k / 32k words of the embedded corpus.
 - tiny: 4 filters (128), 1 highway, projection 64, 256 cells, 4k words, segments of 32 words;
   learns on a CPU in a few minutes.
 
@@ -30,7 +33,8 @@ from bertology.errors import UserError
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 SIZES = {
     "tiny": dict(filters=ORIGINAL_FILTERS[:4], n_highway=1, projection_dim=64, lstm_dim=256, words=4096, length=32),
-    "small": dict(filters=ORIGINAL_FILTERS[:5], n_highway=2, projection_dim=256, lstm_dim=1024, words=16384, length=20),
+    "small": dict(filters=ORIGINAL_FILTERS, n_highway=1, projection_dim=128, lstm_dim=1024, words=16384, length=20),
+    "medium": dict(filters=ORIGINAL_FILTERS, n_highway=1, projection_dim=256, lstm_dim=2048, words=32768, length=20),
     "original": dict(filters=ORIGINAL_FILTERS, n_highway=2, projection_dim=512, lstm_dim=4096, words=32768, length=20),
 }
 

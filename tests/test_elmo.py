@@ -213,6 +213,29 @@ def test_hdf5_round_trip_and_reference_names(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, back, elmo.trunk(params))
 
 
+# AllenNLP's released biLMs, named elmo_2x{cells}_{projection}_2048cnn_{highway}xhighway: the
+# options.json each ships (one char CNN and LSTM block for all three; only the sizes differ).
+RELEASED = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}
+
+
+@pytest.mark.parametrize("preset", RELEASED)
+def test_presets_write_the_released_options(preset):
+    from bertology.families.elmo import hdf5
+
+    cells, projection, highway = RELEASED[preset]
+    released = {
+        "lstm": {"use_skip_connections": True, "projection_dim": projection, "cell_clip": 3, "proj_clip": 3,
+                 "dim": cells, "n_layers": 2},
+        "char_cnn": {"activation": "relu", "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+                     "n_highway": highway, "embedding": {"dim": 16}, "n_characters": 262, "max_characters_per_token": 50},
+        "dropout": 0.1,
+    }
+    c = helpers.config("elmo", preset)
+    c.model.vocab_size = 100
+    assert hdf5.options(elmo.config(c.model)) == released
+    assert hdf5.config_from_options(released, 100) == elmo.config(c.model)  # the released files load into it
+
+
 @pytest.mark.slow
 def test_tiny_bilm_learns_on_embedded_corpus(tmp_path):
     status = pretrain.main(["pretrain", "--config", "configs/elmo.py:tiny", "--workdir", str(tmp_path),
