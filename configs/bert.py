@@ -6,7 +6,8 @@
 The argument is the preset (tiny, mini, small, medium, base, large). The small presets get a
 recipe that shows learning within minutes on a CPU; base and large get the paper's (batch 256,
 lr 1e-4, 10k warmup, 1M steps, AdamW with decay 0.01). Whole-word masking (BERT-wwm) is
-`--config.data.mask_unit=whole_word`; ERNIE's phrase/entity masking is
+`--config.data.mask_unit=whole_word` (Chinese whole words: add `--config.data.word_segmenter=jieba`
+and a Chinese vocab); ERNIE's phrase/entity masking is
 `--config.data.mask_unit=entity --config.data.lexicon=FILE`.
 
 BERT's two-phase schedule (90% of the steps at 128 tokens, the rest at 512), in one workdir:

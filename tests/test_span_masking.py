@@ -159,3 +159,88 @@ def test_entity_masking_masks_lexicon_entries_whole(tmp_path):
             assert not part or part == set(range(a, b))
             hit += bool(part)
     assert hit > 100
+
+
+# Chinese whole-word masking (Cui et al. 2019): WordPiece gives each character a token, a
+# segmenter finds the words.
+CHINESE = ["使用语言模型来预测下一个词的概率。", "自然语言处理是人工智能的一个重要方向。",
+           "我们在大规模语料上预训练模型，然后在下游任务上微调。"]
+
+
+def chinese_rows(tmp_path, copies):
+    from bertology.data.tokenizers.wordpiece import SPECIAL_TOKENS
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join([*SPECIAL_TOKENS, *sorted({c for s in CHINESE for c in s})]) + "\n", encoding="utf-8")
+    tok = load_tokenizer(vocab)
+    encoded = [[tok.cls_id, *tok.encode(s), tok.sep_id] for s in CHINESE]
+    length = max(map(len, encoded))
+    ids = np.array([row + [tok.pad_id] * (length - len(row)) for row in encoded] * copies, np.int32)
+    return tok, ids
+
+
+def marked_words(tok, ids, starts):
+    """The words a row's word starts mark, as text (specials and padding left out)."""
+    out = []
+    for i, t in enumerate(tok.convert_ids_to_tokens(ids.tolist())):
+        if t.startswith("["):
+            continue
+        if starts[i] or not out:
+            out.append(t)
+        else:
+            out[-1] += t
+    return out
+
+
+def test_chinese_whole_word_masking_masks_the_segmenters_words_whole(tmp_path):
+    import jieba
+
+    from bertology.data import transforms
+    from bertology.data.segmenter import ChineseWords
+
+    tok, ids = chinese_rows(tmp_path, copies=100)
+    assert tok.convert_ids_to_tokens(tok.encode(CHINESE[0])) == list(CHINESE[0])  # one token per character
+    starts = ChineseWords(tok).word_starts(ids)
+    for r, sentence in enumerate(CHINESE):
+        assert marked_words(tok, ids[r], starts[r]) == jieba.lcut(sentence)
+    found = {w for r in range(len(CHINESE)) for w in marked_words(tok, ids[r], starts[r])}
+    assert {"语言", "模型", "预测", "概率", "人工智能", "自然语言", "大规模"} <= found
+
+    cfg = mlm_config(word_segmenter="jieba")
+    transforms.MaskedLM.validate(cfg)
+    partial = {}
+    for segmenter in ("jieba", None):
+        cfg.data.word_segmenter = segmenter
+        out = transforms.make(cfg.data, tok).corrupt({"input_ids": ids}, np.random.default_rng(0))
+        partial[segmenter] = 0
+        for r in range(len(ids)):
+            chosen = set(out["masked_positions"][r][out["masked_weights"][r] > 0].tolist())
+            at = 0
+            for a, word in enumerate(marked_words(tok, ids[r], starts[r])):
+                span = set(range(1 + at, 1 + at + len(word)))  # +1: [CLS]
+                partial[segmenter] += 0 < len(chosen & span) < len(span)
+                at += len(word)
+    assert partial["jieba"] == 0  # a word is masked whole or not at all
+    assert partial[None] > 50  # without the segmenter, characters are masked alone
+
+
+def mlm_config(**data):
+    import helpers
+
+    c = helpers.config("bert", "tiny")
+    c.data.update({"mask_unit": "whole_word", "max_seq_length": 32, "max_predictions_per_seq": 10,
+                   "masked_lm_prob": 0.3, **data})
+    return c
+
+
+@pytest.mark.parametrize("data, message", [
+    (dict(word_segmenter="ltp"), r"data.word_segmenter='ltp' is unknown; use one of jieba"),
+    (dict(word_segmenter="jieba", mask_unit="token"), r"data.word_segmenter='jieba' finds words, but data.mask_unit='token'"),
+])
+def test_bad_segmenter_settings_are_refused(data, message):
+    from bertology.data import transforms
+    from bertology.errors import UserError
+
+    c = mlm_config(**data)
+    with pytest.raises(UserError, match=message):
+        transforms.MaskedLM.validate(c)

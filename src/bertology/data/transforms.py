@@ -41,6 +41,7 @@ from bertology.data.embedded import DEFAULT_LEXICON
 from bertology.data.examples import create_full_sentence_instances, create_pair_instances, create_sentence_pair_instances
 from bertology.data.lexicon import LexiconMatcher
 from bertology.data.masking import mask_tokens, mask_units
+from bertology.data.segmenter import SEGMENTERS, ChineseWords
 from bertology.data.tokenizers import Tokenizer
 from bertology.data.tokenizers.bytebpe import ByteLevelBPETokenizer
 from bertology.errors import UserError
@@ -191,7 +192,8 @@ class MaskedLM(Transform):
     (RoBERTa's input-format ablation, Liu et al. 2019 §4.2) | packed; data.masking: static
     (BERT: `dupe_factor` differently masked copies of the data) | dynamic (RoBERTa: fresh masks every
     batch); data.mask_unit: token (BERT) | whole_word | ngram (ALBERT) | span (SpanBERT) | entity
-    (ERNIE, with data.lexicon, default: a phrase list for the embedded corpus); data.mask_prob /
+    (ERNIE, with data.lexicon, default: a phrase list for the embedded corpus); data.word_segmenter:
+    jieba (Chinese whole-word masking: words, not characters, for every unit but token); data.mask_prob /
     data.random_prob: the 80/10/10 split (ELECTRA: 0.85/0).
     """
 
@@ -200,6 +202,14 @@ class MaskedLM(Transform):
         """A full row's masked predictions, round(masked_lm_prob · max_seq_length), must fit
         max_predictions_per_seq (validation's module docstring), unless
         `data.allow_capped_predictions` says the recipe caps them on purpose."""
+        segmenter = validation.get(config, "data.word_segmenter")
+        if segmenter not in (None, validation.MISSING):
+            if segmenter not in SEGMENTERS:
+                raise validation.refuse("data.word_segmenter", segmenter, "is unknown",
+                                        f"use one of {', '.join(SEGMENTERS)} or leave it unset")
+            if validation.get(config, "data.mask_unit") in ("token", validation.MISSING):
+                raise validation.refuse("data.word_segmenter", segmenter, "finds words, but data.mask_unit='token' "
+                                        "masks single tokens", "set --config.data.mask_unit=whole_word (or ngram, span)")
         keys = ("masked_lm_prob", "max_seq_length", "max_predictions_per_seq")
         rate, length, cap = (validation.get(config, f"data.{k}") for k in keys)
         if validation.MISSING in (rate, length, cap) or validation.get(config, "data.allow_capped_predictions") is True:
@@ -257,13 +267,20 @@ class MaskedLM(Transform):
     def _lexicon(self) -> LexiconMatcher:
         return LexiconMatcher(self.cfg.get("lexicon") or DEFAULT_LEXICON, self.tokenizer)
 
+    @functools.cached_property
+    def _word_starts(self) -> Callable[[np.ndarray], np.ndarray]:
+        """The tokenizer's word starts, or with data.word_segmenter those of a segmenter for
+        scripts written without spaces (Chinese whole-word masking)."""
+        segmenter = self.cfg.get("word_segmenter")
+        return ChineseWords(self.tokenizer, segmenter).word_starts if segmenter else self.tokenizer.word_starts
+
     def corrupt(self, batch: Batch, rng: np.random.Generator) -> Batch:
         ids = batch["input_ids"]
         if self.unit == "token":
             masked = mask_tokens(ids, rng, **self.mask_options)
         else:
             entities = [self._lexicon.spans(row) for row in ids] if self.unit == "entity" else None
-            masked = mask_units(ids, rng, unit=self.unit, word_starts=self.tokenizer.word_starts(ids),
+            masked = mask_units(ids, rng, unit=self.unit, word_starts=self._word_starts(ids),
                                 entity_spans=entities, **self.mask_options)
         return {**batch, **masked}
 

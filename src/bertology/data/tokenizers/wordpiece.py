@@ -59,7 +59,8 @@ def _is_punctuation(ch: str) -> bool:
     return unicodedata.category(ch).startswith("P")
 
 
-def _is_cjk(cp: int) -> bool:
+def is_cjk(cp: int) -> bool:
+    """A CJK ideograph's code point (BERT's `_is_chinese_char`)."""
     return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
 
 
@@ -80,7 +81,7 @@ def _clean(ch: str, *, cjk: bool) -> str | None:
         return None
     if _is_whitespace(ch):
         return " "
-    return f" {ch} " if cjk and _is_cjk(ord(ch)) else ch
+    return f" {ch} " if cjk and is_cjk(ord(ch)) else ch
 
 
 _PUNCT_TABLE = _CharTable(lambda ch: f" {ch} " if _is_punctuation(ch) else ch)
