@@ -65,7 +65,7 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         mask_prob=0.8,  # of the chosen positions: [MASK] ...
         random_prob=0.1,  # ... a random token; the rest keep their token
         mask_unit="token",  # token | whole_word | ngram | span | entity (needs lexicon)
-        lexicon=placeholder(str),  # phrases/entities, one per line, for mask_unit=entity (ERNIE); None: shipped list
+        lexicon=placeholder(str),  # mask_unit=entity (ERNIE): a file, one entry per line, or shipped: phrases (None) | entities
         word_segmenter=placeholder(str),  # jieba: Chinese words for whole-word masking (BERT-wwm-chinese); None: tokenizer's
         # pairs (two segments) | full_sentences (RoBERTa) | packed (several documents per row, no attention across
         # them) | sentence_pairs, doc_sentences (RoBERTa's input-format ablation)

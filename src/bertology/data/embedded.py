@@ -25,6 +25,12 @@ DEFAULT_VOCAB: pathlib.Path = pathlib.Path(__file__).parent / "assets" / "wordpi
 BYTE_BPE_VOCAB: pathlib.Path = pathlib.Path(__file__).parent / "assets" / "bytebpe_8k"
 # Multi-word phrases and names common in the docstrings, for ERNIE-style entity/phrase masking.
 DEFAULT_LEXICON: pathlib.Path = pathlib.Path(__file__).parent / "assets" / "stdlib_phrases.txt"
+# Named things of the docstrings, for ERNIE's entity stage: the dotted standard-library names that
+# occur at least 3 times (sys.path, os.environ, concurrent.futures.Future, ...) and a few proper
+# names (Mac OS, Document Object Model, ...); one-token names need no lexicon.
+ENTITY_LEXICON: pathlib.Path = pathlib.Path(__file__).parent / "assets" / "stdlib_entities.txt"
+# The shipped lists by the names data.lexicon may give instead of a file.
+LEXICONS: dict[str, pathlib.Path] = {"phrases": DEFAULT_LEXICON, "entities": ENTITY_LEXICON}
 
 # Test suites, GUI demos, vendored or generated code: little prose, much noise.
 _SKIP_DIRS = frozenset(

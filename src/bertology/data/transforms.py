@@ -37,7 +37,7 @@ import numpy as np
 
 from bertology import families, validation
 from bertology.data import packing
-from bertology.data.embedded import DEFAULT_LEXICON
+from bertology.data.embedded import DEFAULT_LEXICON, LEXICONS
 from bertology.data.examples import create_full_sentence_instances, create_pair_instances, create_sentence_pair_instances
 from bertology.data.lexicon import LexiconMatcher
 from bertology.data.masking import mask_tokens, mask_units
@@ -265,7 +265,8 @@ class MaskedLM(Transform):
 
     @functools.cached_property
     def _lexicon(self) -> LexiconMatcher:
-        return LexiconMatcher(self.cfg.get("lexicon") or DEFAULT_LEXICON, self.tokenizer)
+        lexicon = self.cfg.get("lexicon") or DEFAULT_LEXICON
+        return LexiconMatcher(LEXICONS.get(lexicon, lexicon), self.tokenizer)
 
     @functools.cached_property
     def _word_starts(self) -> Callable[[np.ndarray], np.ndarray]:
