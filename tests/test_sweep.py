@@ -7,10 +7,11 @@ import re
 import shutil
 
 import ml_collections
+import numpy as np
 import pytest
 from helpers import REPO
 
-from bertology import models, sweep
+from bertology import models, sweep, validation
 from bertology.data.noising import random_spans_lengths
 from bertology.errors import UserError
 from bertology.models import flops
@@ -189,6 +190,46 @@ def test_the_electra_efficiency_sweep_is_the_papers_ablation():
     assert names == ["bert", "electra_15", "replace_mlm", "all_tokens_mlm", "electra"] and len(c.seeds) >= 3
     objectives = [sweep._load(c, v.config).objective.get("variant") for v in sweep.variants(c)[1:]]
     assert objectives == ["electra_15", "replace_mlm", "all_tokens_mlm", "electra"]
+
+
+def test_the_spanbert_masking_sweep_compares_the_papers_schemes():
+    """Five variants that differ in their masking alone; on the same rows, the masked runs of
+    random spans are longer than those of whole words, which are at least those of subwords,
+    and the entity and phrase schemes mask their lexicon's entries whole."""
+    from bertology.data import transforms
+    from bertology.data.embedded import LEXICONS
+    from bertology.data.lexicon import LexiconMatcher
+    from bertology.data.tokenizers import for_data
+
+    c = sweep.load_config(REPO / "configs/sweep/spanbert_masking.py")
+    names = [v.name for v in sweep.variants(c)]
+    assert names == ["roberta", "whole_word", "named_entity", "noun_phrase", "geometric_span"] and len(c.seeds) >= 3
+    text = ("the sys.path list names the directories searched for modules, and the os.environ mapping holds the "
+            "environment of the process; the standard library compiles a regular expression once and reuses it")
+    runs, configs = {}, {}
+    for v in sweep.variants(c):
+        pc = configs[v.name] = sweep._pretrain_config(c, v.config, 10, v.overrides)
+        validation.check(pc)
+        tok = for_data(pc.data)
+        ids = np.array([[tok.cls_id, *tok.encode(text), tok.sep_id]] * 200, np.int32)
+        out = transforms.make(pc.data, tok).corrupt({"input_ids": ids}, np.random.default_rng(0))
+        lexicon = pc.data.get("lexicon")
+        entries = LexiconMatcher(LEXICONS[lexicon], tok).spans(ids[0]) if lexicon else []
+        assert len(entries) == {"entities": 2, "phrases": 2, None: 0}[lexicon]
+        lengths = []
+        for r in range(len(ids)):
+            chosen = np.zeros(ids.shape[1] + 1, bool)
+            chosen[out["masked_positions"][r][out["masked_weights"][r] > 0]] = True
+            edges = np.flatnonzero(np.diff(np.concatenate([[0], chosen.astype(np.int8)])))
+            lengths += (edges[1::2] - edges[::2]).tolist()
+            for a, b in entries:
+                assert chosen[a:b].sum() in (0, b - a), (v.name, tok.decode(ids[r, a:b].tolist()))
+        runs[v.name] = np.mean(lengths)
+    assert {k: (pc.objective, pc.data.instances, pc.data.masking) for k, pc in configs.items()} == {
+        k: ("roberta", "full_sentences", "dynamic") for k in names}
+    assert [(configs[k].data.mask_unit, configs[k].data.get("lexicon")) for k in names] == [
+        ("token", None), ("whole_word", None), ("entity", "entities"), ("entity", "phrases"), ("span", None)]
+    assert runs["geometric_span"] > runs["whole_word"] + 0.5 and runs["whole_word"] >= runs["roberta"], runs
 
 
 @pytest.mark.slow
