@@ -84,7 +84,7 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("keep_checkpoints", _integer(1), "how many checkpoints to keep"),
     ("eval_every", _integer(0), "steps between evaluations; 0 evaluates only at the end"),
     ("eval_batches", _integer(1), "held-out batches per evaluation"),
-    ("optimizer.name", _one_of("adamw", "lamb"), "the optimizer"),
+    ("optimizer.name", _one_of("adamw", "lamb", "adamax"), "the optimizer"),
     ("optimizer.schedule", _one_of("linear", "cosine", "slanted_triangular"), "the decay after warmup"),
     ("optimizer.stlr_ratio", _number(1, math.inf), "how many times the slanted triangle's peak exceeds its ends, e.g. 32"),
     ("unfreeze_every_epochs", _number(0, math.inf), "epochs between unfreezing layer groups; 0 turns it off"),
@@ -137,6 +137,9 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("prune.begin_fraction", _number(0, 1), "when pruning starts, as a fraction of the steps"),
     ("prune.end_fraction", _number(0, 1), "when pruning reaches its sparsity, as a fraction of the steps"),
     ("prune.every", _integer(1), "steps between mask updates"),
+    ("pals.size", _integer(0), "each task's projected attention width d_s (Stickland & Murray: 204); 0: no PALs"),
+    ("pals.heads", _integer(1), "the attention heads of each PAL (Stickland & Murray: 12)"),
+    ("pals.shared_projections", _boolean(), "one down and up projection per task (the paper's PALs) or per layer"),
 )
 _UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps", "optimizer.schedule_steps", "eval.mem_len",
                   "eval.clamp_len", "eval.same_length", "data.max_skipped_fraction")
@@ -175,6 +178,64 @@ def check(config: ml_collections.ConfigDict) -> None:
     _check_transform(config)
     _check_batching(config)
     _check_eval(config)
+    _check_multitask(config)
+
+
+def _check_multitask(config: ml_collections.ConfigDict) -> None:
+    """The multi-task keys (`bertology.train.multitask`): distinct encoder tasks, a weight >= 0 per
+    task, a known sampling, per-task data and dropout for known tasks (a preset's entries for the
+    tasks a run leaves out are unused), PAL heads that divide the PAL width."""
+    names = get(config, "tasks")
+    if names is MISSING:
+        return
+    from bertology import tasks
+    from bertology.train.multitask import SAMPLING
+
+    names = tuple(names)
+    encoder_tasks = sorted(n for n, module in tasks.MODULES.items() if module != "seq2seq")
+    fix = f"list encoder tasks, e.g. --config.tasks='(\"sst2\", \"rte\")' (tasks: {', '.join(encoder_tasks)})"
+    if not names:
+        raise refuse("tasks", names, "names no task", fix)
+    for name in names:
+        if name not in tasks.MODULES:
+            raise refuse("tasks", names, f"names {name!r}, which is no task", fix)
+        if name not in encoder_tasks:
+            raise refuse("tasks", names, f"names the seq2seq task {name!r}, which trains a whole encoder-decoder", fix)
+        if names.count(name) > 1:
+            raise refuse("tasks", names, f"names {name!r} twice", "name each task once")
+    mixture = get(config, "mixture")
+    if mixture not in (None, MISSING):
+        weights = tuple(mixture)
+        if len(weights) != len(names):
+            raise refuse("mixture", weights, f"has {len(weights)} weights for the {len(names)} tasks {names}",
+                          "give one weight per task, in the order of tasks, or unset it (sizes)")
+        for name, w in zip(names, weights):
+            if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w) or w < 0:
+                raise refuse("mixture", weights, f"gives {name} the weight {w!r}",
+                              "give each task a number >= 0 (its share of the steps)")
+        if not sum(weights):
+            raise refuse("mixture", weights, "gives every task weight 0", "give some task a weight > 0")
+    sampling = get(config, "sampling")
+    if sampling is not MISSING and sampling not in SAMPLING:
+        raise refuse("sampling", sampling, f"is not one of {SAMPLING}", "set --config.sampling=proportional "
+                      "(MT-DNN: by size), sqrt or annealed (Stickland & Murray)")
+    data = get(config, "data")
+    for name, entries in (get(config, "task_data") or {}).items():
+        if name not in encoder_tasks:
+            raise refuse(f"task_data.{name}", entries.to_dict(), "is for no encoder task", fix)
+        for key in entries:
+            if data is not MISSING and key not in data:
+                raise refuse(f"task_data.{name}.{key}", entries[key], "is not a key of the data block",
+                              "use data keys (dir, files, columns, labels, max_seq_length, ...)")
+    for name, rate in (get(config, "head_dropout") or {}).items():
+        if name not in encoder_tasks:
+            raise refuse(f"head_dropout.{name}", rate, "is for no encoder task", fix)
+        if rate is not None and not _number(0, 1, hi_open=True)[1](rate):
+            raise refuse(f"head_dropout.{name}", rate, "is not a dropout probability in [0, 1)",
+                          "set it in [0, 1), e.g. 0.1, or None for the model's rate")
+    size, heads = get(config, "pals.size"), get(config, "pals.heads")
+    if MISSING not in (size, heads) and size and size % heads:
+        raise refuse("pals.heads", heads, f"does not divide pals.size={size}", "pick heads that divide the PAL width")
 
 
 def _check_eval(config: ml_collections.ConfigDict) -> None:

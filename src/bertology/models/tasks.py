@@ -16,18 +16,24 @@ The trunk is the shared `Encoder` unless the model's family builds its own (`tas
 ELMo's biLM (features mode only, its layers through the same scalar mix). Every trunk returns
 `sequence`, `pooled` (what sequence-level heads read) and `layers`. A trunk whose config is not
 a `TransformerConfig` gives the heads BERT's initialisation.
+
+`MultiTaskModel` puts one head per task on one trunk (MT-DNN), optionally with each task's
+projected attention layers beside the trunk's layers (PALs); `bertology.train.multitask` trains it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bertology import models
 from bertology.errors import UserError
+from bertology.models.pals import PALSettings, ProjectedAttention
 from bertology.models.transformer import Encoder, TransformerConfig, dense, ones, zeros
 from bertology.objectives import token_nll
 from bertology.tasks import kinds
@@ -88,6 +94,44 @@ def check_length(cfg: Any, length: int, option: str) -> None:
                         "positions; lower it")
 
 
+def task_rows(batch: dict[str, Array], kind: kinds.Kind) -> tuple[dict[str, Array], int | None, int | None]:
+    """The trunk's inputs of a batch of `kind` rows, and (choices, readings) per example.
+
+    A choice row holds one row per ending; several readings of one example ([batch, readings,
+    length]: a pair in both orders, GPT-1's similarity input, Radford et al. 2018 §3.3) have their
+    pooled states added before the head. Either way the rows reach the trunk as [batch·n, length]."""
+    inputs = {k: batch[k] for k in INPUTS if k in batch}
+    choices = inputs["input_ids"].shape[1] if kind.choices else None
+    readings = inputs["input_ids"].shape[1] if inputs["input_ids"].ndim == 3 and not choices else None
+    if choices or readings:  # [batch, n, length, ...] -> [batch·n, length, ...]
+        inputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in inputs.items()}
+    return inputs, choices, readings
+
+
+def read_out(cfg: Any, kind: kinds.Kind, width: int, out: dict[str, Any], mask: Array, *, frozen: bool,
+             choices: int | None, readings: int | None, deterministic: bool, dropout_rate: float | None = None,
+             suffix: str = "") -> dict[str, Array]:
+    """A head of `kind` and `width` outputs on the trunk's `out` (called inside a module: its
+    parameters are that module's `head{suffix}`, and `mix{suffix}` for a frozen trunk, whose
+    layers it mixes). `dropout_rate` before the head; None: the trunk's."""
+    # the heads' layers: a trunk that is not a Transformer gives them BERT's initialisation
+    head_cfg = (cfg if isinstance(cfg, TransformerConfig)
+                else TransformerConfig(vocab_size=cfg.vocab_size, dropout_rate=cfg.dropout_rate))
+    if frozen:
+        sequence = ScalarMix(name=f"mix{suffix}")([jax.lax.stop_gradient(x) for x in out["layers"]])
+        pooled = masked_mean(sequence, mask)
+    else:
+        sequence, pooled = out["sequence"], out["pooled"]
+    if readings:  # only the pooled kinds' rows have them (`kinds._pairs`)
+        pooled = pooled.reshape(-1, readings, pooled.shape[-1]).sum(axis=1)
+    x = sequence if kind.per_token else pooled
+    if kind.dropout:
+        rate = head_cfg.dropout_rate if dropout_rate is None else dropout_rate
+        x = nn.Dropout(rate)(x, deterministic=deterministic)
+    logits = dense(head_cfg, width, ("hidden", None), f"head{suffix}")(x).astype(jnp.float32)
+    return kind.outputs(logits.reshape(-1, choices) if choices else logits)
+
+
 class TaskModel(nn.Module):
     """Encoder (params under `encoder`, loadable from pretraining) + one head (under `head`) of the
     task kind `kind` (`bertology.tasks.kinds`): what it reads, and what it returns, e.g. {"logits"}
@@ -110,34 +154,89 @@ class TaskModel(nn.Module):
         (Radford et al. 2018, §3.2), which only a causal trunk can compute."""
         kind = kinds.of(self.kind)
         frozen = self.mode == "features"
-        # the heads' layers: a trunk that is not a Transformer gives them BERT's initialisation
-        cfg = (self.cfg if isinstance(self.cfg, TransformerConfig)
-               else TransformerConfig(vocab_size=self.cfg.vocab_size, dropout_rate=self.cfg.dropout_rate))
-        inputs = {k: batch[k] for k in INPUTS if k in batch}
-        choices = inputs["input_ids"].shape[1] if kind.choices else None
-        # several readings of one example ([batch, readings, length]: a pair in both orders, GPT-1's
-        # similarity input, Radford et al. 2018 §3.3): their pooled states are added before the head
-        readings = inputs["input_ids"].shape[1] if inputs["input_ids"].ndim == 3 and not choices else None
-        if choices or readings:  # [batch, n, length, ...] -> [batch·n, length, ...]
-            inputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in inputs.items()}
+        inputs, choices, readings = task_rows(batch, kind)
         mask = inputs["input_mask"]
         network = trunk(self.cfg, self.family)
         out = network(inputs, deterministic=deterministic or frozen)
-        if frozen:
-            sequence = ScalarMix(name="mix")([jax.lax.stop_gradient(x) for x in out["layers"]])
-            pooled = masked_mean(sequence, mask)
-        else:
-            sequence, pooled = out["sequence"], out["pooled"]
-        if readings:  # only the pooled kinds' rows have them (`kinds._pairs`)
-            pooled = pooled.reshape(-1, readings, pooled.shape[-1]).sum(axis=1)
-        x = sequence if kind.per_token else pooled
-        if kind.dropout:
-            x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
-        logits = dense(cfg, self.num_labels, ("hidden", None), "head")(x).astype(jnp.float32)
-        outputs = kind.outputs(logits.reshape(-1, choices) if choices else logits)
+        outputs = read_out(self.cfg, kind, self.num_labels, out, mask, frozen=frozen, choices=choices,
+                           readings=readings, deterministic=deterministic)
         if language_model:
             check_language_model(network, self.family)
             next_logits = self.cfg.real_logits(network.attend(out["sequence"][:, :-1]).astype(jnp.float32))
             outputs["lm_nll"] = token_nll(next_logits, inputs["input_ids"][:, 1:])[0]
             outputs["lm_weights"] = mask[:, 1:]
         return outputs
+
+
+# A multi-task batch holds one task's rows and says which task under one key, TASK + its name: a dict key
+# is static under jit, so each task traces its own step, which runs that task's head (and branch) alone.
+TASK = "task:"
+
+
+def with_task(batch: dict[str, Any], name: str) -> dict[str, Any]:
+    """`batch` marked as rows of task `name` (numpy or traced arrays alike)."""
+    return {**batch, TASK + name: np.zeros(batch["input_ids"].shape[0], np.int32)}
+
+
+def task_of(batch: dict[str, Any]) -> str:
+    """The task a multi-task batch holds (`with_task`)."""
+    names = [k[len(TASK):] for k in batch if k.startswith(TASK)]
+    if len(names) != 1:
+        raise ValueError(f"a multi-task batch names exactly one task ({TASK}<name>); this one names {names}")
+    return names[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """One task of a `MultiTaskModel`: its name, head kind and width, and the dropout before its
+    head (None: the trunk's rate; MT-DNN gives some tasks their own)."""
+
+    name: str
+    kind: str
+    width: int
+    dropout: float | None = None
+
+
+def head(heads: Sequence[Head], name: str) -> Head:
+    """The task `name` among `heads`."""
+    for h in heads:
+        if h.name == name:
+            return h
+    raise ValueError(f"task {name!r} has no head; the model's tasks are {[h.name for h in heads]}")
+
+
+class MultiTaskModel(nn.Module):
+    """One trunk shared by every task (params under `encoder`, as `TaskModel`'s) and, per task, a
+    head of the task's own kind (`head_<task>`; `mix_<task>` for a frozen trunk): MT-DNN (Liu et al.
+    2019). With `pals`, each task also has projected attention layers beside the trunk's layers
+    (`pals_<task>`; Stickland & Murray 2019, `bertology.models.pals`).
+
+    A batch holds one task's rows (`with_task`); only that task's head and PALs run on it, so
+    only they, and the trunk, get a gradient from it. Initialisation runs every task on the
+    example batch, so that every task's parameters exist."""
+
+    cfg: Any
+    tasks: tuple[Head, ...]
+    mode: str = "full"
+    family: str | None = None
+    pals: PALSettings | None = None
+
+    @nn.compact
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
+        name = task_of(batch)
+        frozen = self.mode == "features"
+        inputs, choices, readings = task_rows(batch, kinds.of(head(self.tasks, name).kind))
+        network = trunk(self.cfg, self.family)
+        running = self.tasks if self.is_initializing() else (head(self.tasks, name),)
+        if self.pals is None:  # one trunk for every task
+            out = network(inputs, deterministic=deterministic or frozen)
+            outs = {task.name: out for task in running}
+        else:
+            outs = {task.name: network(inputs, deterministic=deterministic or frozen,
+                                       parallel=ProjectedAttention(self.cfg, self.pals, name=f"pals_{task.name}"))
+                    for task in running}
+        outputs = {task.name: read_out(self.cfg, kinds.of(task.kind), task.width, outs[task.name], inputs["input_mask"],
+                                       frozen=frozen, choices=choices, readings=readings, deterministic=deterministic,
+                                       dropout_rate=task.dropout, suffix=f"_{task.name}")
+                   for task in running}
+        return outputs[name]

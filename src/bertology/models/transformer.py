@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
 import flax.struct
@@ -43,6 +43,8 @@ from bertology.models.attention import GENERAL, FusedMask, attend, choose
 from bertology.models.attention import sow as sow_attention
 
 Array = jax.Array
+# A branch beside every layer of a stack (`Stack.run`): (layer index, its input, the mask, deterministic) -> addend.
+Parallel = Callable[[int, Array, "Mask", bool], Array]
 
 SHARING = ("none", "all", "attention", "ffn")
 REMAT = ("none", "full", "dots_saveable")
@@ -550,12 +552,15 @@ class Dropout(nn.Module):
         return jnp.where(keep, x * jnp.asarray(2 ** 16 / (2 ** 16 - threshold), x.dtype), jnp.zeros((), x.dtype))
 
 
-def sublayer_output(cfg: TransformerConfig, x: Array, out: Array, norm: nn.Module, deterministic: bool) -> Array:
-    """Dropout, optional adapter, residual, and (post-LN) the norm: how every sublayer ends."""
+def sublayer_output(cfg: TransformerConfig, x: Array, out: Array, norm: nn.Module, deterministic: bool,
+                    parallel: Array | None = None) -> Array:
+    """Dropout, optional adapter, residual, and (post-LN) the norm: how every sublayer ends.
+    `parallel` (a layer's parallel branch, `Stack.run`) joins the residual sum, inside the norm."""
     out = Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
     if cfg.adapter_size:
         out = Adapter(cfg, name="adapter")(out)
-    return norm(x + out) if cfg.norm == "post" else x + out
+    residual = x if parallel is None else x + parallel
+    return norm(residual + out) if cfg.norm == "post" else residual + out
 
 
 class HeadsDense(nn.Module):
@@ -756,7 +761,7 @@ class FeedForward(nn.Module):
     cfg: TransformerConfig
 
     @nn.compact
-    def __call__(self, x: Array, deterministic: bool) -> Array:
+    def __call__(self, x: Array, deterministic: bool, parallel: Array | None = None) -> Array:
         cfg = self.cfg
         norm = layer_norm(cfg, "norm")
         inputs = norm(x) if cfg.norm == "pre" else x
@@ -767,7 +772,7 @@ class FeedForward(nn.Module):
             h = Dropout(cfg.activation_dropout_rate)(h, deterministic=deterministic)
         h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
         h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output", scale=residual_scale(cfg))(h)
-        return sublayer_output(cfg, x, h, norm, deterministic)
+        return sublayer_output(cfg, x, h, norm, deterministic, parallel)
 
 
 def _remat(module_cls: type[nn.Module], policy: str, static_argnums: tuple[int, ...]) -> type[nn.Module]:
@@ -988,9 +993,17 @@ class Stack(nn.Module):
             self.final_norm = layer_norm(cfg, "final_norm")
 
     def run(self, batch: dict[str, Array], deterministic: bool, outputs_at: Array | None = None,
-            context: Array | None = None, context_mask: Mask | None = None, decode: bool = False) -> list[Array]:
-        """Every layer's output, the embedding output first (the last one after the final norm)."""
+            context: Array | None = None, context_mask: Mask | None = None, decode: bool = False,
+            parallel: Parallel | None = None) -> list[Array]:
+        """Every layer's output, the embedding output first (the last one after the final norm).
+
+        `parallel` is a branch beside every layer: `parallel(i, x, mask, deterministic)`, a function of
+        layer i's input x, is added to the layer's last residual sum, inside its norm (post-LN:
+        LN(a + FFN(a) + parallel(x)), a the attention sublayer's output). A module bound to the caller
+        keeps its parameters there (a task's projected attention layers, `bertology.models.pals`)."""
         cfg = self.cfg
+        if parallel is not None and cfg.scan_layers:
+            raise UserError("a per-layer parallel branch needs distinct layers; set model.scan_layers=False")
         ids, segments, positions = inputs(batch)
         x = self.embeddings(ids, segments, positions + cfg.position_offset, deterministic)
         if cfg.embedding_size is not None:
@@ -1010,11 +1023,14 @@ class Stack(nn.Module):
             layers = [x]
             for i in range(cfg.num_layers):
                 rows = outputs_at if i == cfg.num_layers - 1 else None
+                branch = None if parallel is None else parallel(i, x, mask, deterministic)
+                if branch is not None and rows is not None:
+                    branch = gather_positions(branch, rows)
                 x = self.attention[i % len(self.attention)](x, mask, bias, deterministic, rows, None, decode)
                 if self.cross:
                     x = self.cross_attention[i % len(self.cross_attention)](
                         x, context_mask, None, deterministic, None, context, decode)
-                x = self.ffn[i % len(self.ffn)](x, deterministic)
+                x = self.ffn[i % len(self.ffn)](x, deterministic, branch)
                 x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
                 layers.append(x)
         if cfg.norm == "pre":
@@ -1062,7 +1078,7 @@ class Encoder(Stack):
     `pooled` (the first token, through dense+tanh when `pooler`), and every layer's output.
 
     With `outputs_at`, `sequence` is [batch, n, H] at those positions (see `Stack`); `pooled`
-    still reads the first token.
+    still reads the first token. `parallel`: a branch beside every layer (`Stack.run`).
     """
 
     def setup(self):
@@ -1071,9 +1087,9 @@ class Encoder(Stack):
             self.pooler = dense(self.cfg, self.cfg.hidden_size, ("embed", "hidden"), "pooler")
 
     def __call__(self, batch: dict[str, Array], *, deterministic: bool = True,
-                 outputs_at: Array | None = None) -> dict[str, Array]:
+                 outputs_at: Array | None = None, parallel: Parallel | None = None) -> dict[str, Array]:
         rows = None if outputs_at is None else with_first(outputs_at)
-        layers = self.run(batch, deterministic, outputs_at=rows)
+        layers = self.run(batch, deterministic, outputs_at=rows, parallel=parallel)
         x = layers[-1]
         first = x[:, 0]
         if outputs_at is not None:

@@ -44,7 +44,8 @@ from bertology.generation import decoder_start_id, frame_source, generate
 from bertology.models import layout
 from bertology.models.decoding import decoding_of, require
 from bertology.models.presets import bert_preset
-from bertology.models.tasks import INPUTS, MODES, TaskModel, check_fine_tunable, check_language_model, check_length, trunk
+from bertology.models.tasks import INPUTS, MODES, TaskModel, check_fine_tunable, check_language_model, check_length
+from bertology.models.tasks import trunk as trunk_network
 from bertology.tasks import kinds
 from bertology.tasks.kinds import Features, featurize, predict
 from bertology.train import optimizer as optimizer_lib
@@ -52,7 +53,7 @@ from bertology.train import prune as prune_lib
 from bertology.train import quantize as quantize_lib
 from bertology.train import run as run_lib
 from bertology.train import sharding
-from bertology.train.checkpoint import load_params
+from bertology.train.checkpoint import check_shapes, load_params
 from bertology.train.metrics import log
 from bertology.train.teacher import Teacher
 
@@ -169,16 +170,22 @@ def trainable_mask(params: Any, mode: str) -> Any:
     return jax.tree_util.tree_map_with_path(trains, params)
 
 
-def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, str]:
-    """(trunk config, pretrained trunk params or None, tokenizer, vocab path, the trunk's family,
-    whose optional `task_trunk` and `task_inputs` hooks build the trunk and add its inputs).
+def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | None, Any, str, str, dict[str, Any]]:
+    """(trunk config, the parameters a run starts from or None (`encoder`: the pretrained trunk;
+    from a multi-task run also what it trained for this run's tasks, `start_from_tasks`), tokenizer,
+    vocab path, the trunk's family, whose optional `task_trunk` and `task_inputs` hooks build the
+    trunk and add its inputs, and the model block the trunk is built from).
 
     With init_checkpoint the vocabulary is `data.vocab` if set, else the checkpoint's own; either
     way its size must be the checkpoint's embedding rows, or every id would look up another
     token's (or, past the table, a clamped) embedding without a word."""
     if config.init_checkpoint:
         params, pre = load_params(config.init_checkpoint)
-        cfg, encoder = models.pretrained_encoder(params, pre["model"])
+        if pre.get("tasks"):  # a multi-task run: its trunk is fine-tuning's, its config.json's model block built it
+            cfg, start = models.encoder_config(pre["model"]), start_from_tasks(params, config)
+        else:
+            cfg, encoder = models.pretrained_encoder(params, pre["model"])
+            start = {"encoder": encoder}
         vocab = config.data.vocab or pre["data"].get("vocab") or str(DEFAULT_VOCAB)
         tokenizer = for_data({**pre["data"], "vocab": vocab})  # with the tokens pretraining added (T5's sentinels)
         if tokenizer.vocab_size != cfg.vocab_size:
@@ -186,9 +193,40 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any, str, str
             raise UserError(f"{source} {vocab} has {tokenizer.vocab_size} tokens but init_checkpoint "
                             f"{config.init_checkpoint} embeds {cfg.vocab_size}; set data.vocab to the vocabulary it "
                             "was trained with")
-        return cfg, encoder, tokenizer, vocab, pre["model"]["family"]
+        return cfg, start, tokenizer, vocab, pre["model"]["family"], pre["model"]
     vocab, tokenizer = run_lib.resolve_vocab(config)
-    return models.encoder_config(config.model), None, tokenizer, str(vocab), config.model.family
+    return models.encoder_config(config.model), None, tokenizer, str(vocab), config.model.family, config.model.to_dict()
+
+
+def start_from_tasks(params: dict[str, Any], config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """What a run starts from in a multi-task run's `params` (`bertology.train.multitask`): its
+    trunk, and each task's head (mix, PALs) under the name this run gives it: a single-task run of
+    one of its tasks takes `head_<task>` as its `head` (continued single-task fine-tuning, as
+    MT-DNN's last stage), a multi-task run the same names for the tasks it shares."""
+    shared = set(config.get("tasks") or ())
+    start = {"encoder": params["encoder"]}
+    for key, value in params.items():
+        part, _, task = key.partition("_")
+        if task in shared:
+            start[key] = value
+        elif not shared and task == config.task:
+            start[part] = value
+    return start
+
+
+def start_from(fresh: dict[str, Any], start: dict[str, Any], where: str) -> dict[str, Any]:
+    """`fresh` parameters with what the checkpoint `where` gives (`_encoder`'s start): the encoder
+    merged (`merge_pretrained`), every other part the fresh model has taken whole (its shapes
+    checked: a task's head with another label set is refused)."""
+    params = dict(fresh)
+    for name, saved in start.items():
+        if name == "encoder":
+            params[name] = merge_pretrained(fresh[name], saved, where)
+        elif name in fresh:
+            check_shapes(saved, fresh[name], pathlib.Path(where))
+            params[name] = jax.tree.map(lambda s, f: jnp.asarray(s, f.dtype), saved, fresh[name])
+            log(f"starting {name} from {where}")
+    return params
 
 
 @dataclasses.dataclass
@@ -198,6 +236,9 @@ class Job:
     where the start comes from, how to evaluate within the run, and what to write at the end."""
 
     config: ml_collections.FrozenConfigDict
+    task: str  # what results.json names the run: its task, or its tasks joined by "+"
+    kind: str  # the task kind (`kinds`), "seq2seq" or "multitask"
+    primary: str  # the score that summarises the run
     model: Any
     objective: objectives.Objective
     rows: Any  # the training batches (`ShuffledRows`, or a family's own)
@@ -217,11 +258,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     (and predictions) and return the results. A run stopped by SIGTERM returns {"preempted": True, ...}.
 
     Every task kind runs this one loop; what differs is its `Job`: an encoder with a head
-    (`encoder_job`, the kinds of `bertology.tasks.kinds`) or a whole seq2seq model (`_seq2seq_job`)."""
+    (`encoder_job`, the kinds of `bertology.tasks.kinds`), a whole seq2seq model (`_seq2seq_job`),
+    or one encoder with a head per task of `config.tasks` (`bertology.train.multitask`)."""
     workdir = pathlib.Path(workdir)
-    config = ml_collections.ConfigDict(config.to_dict())
-    task = tasks.get(config.task, config.data)
-    job = (_seq2seq_job if task.kind == "seq2seq" else encoder_job)(config, task)
+    job = _job(ml_collections.ConfigDict(config.to_dict()))
     config = job.config
     t0 = time.time()
     with run_lib.setup(config, workdir, model=job.model, objective=job.objective, example=job.example,
@@ -233,9 +273,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
             latest.update(evaluate(params))
             return latest["scores"]
 
-        log(f"fine-tuning {task.name} ({job.described(run.state['params'])}) from "
+        log(f"fine-tuning {job.task} ({job.described(run.state['params'])}) from "
             f"{config.init_checkpoint or 'scratch'}: {job.n_train} training rows, {job.total} steps of {config.batch_size}")
-        results = _results(run, run.fit(job.rows, job.total, scores), task, config, latest, evaluate, workdir, t0)
+        results = _results(run, run.fit(job.rows, job.total, scores), job, latest, evaluate, workdir, t0)
     if results.get("preempted"):
         return results
     results = {**results, **job.finish(run.state["params"], latest["predictions"], workdir)}
@@ -243,21 +283,46 @@ def finetune(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> 
     return {**results, "params": run.state["params"], "predictions": latest["predictions"]}
 
 
-def _training_splits(config: ml_collections.ConfigDict, task: tasks.Task) -> dict[str, list[tasks.Example]]:
-    options = {k: config.data[k] for k in task.options if config.data.get(k) is not None}
-    splits = task.load(config.data.dir, config.data.cache_dir, log=log, **options)
+def _job(config: ml_collections.ConfigDict) -> Job:
+    """The job of `config`: several tasks (`tasks`), else its one task's, by kind."""
+    if config.get("tasks"):
+        from bertology.train import multitask  # built on this module's pieces
+
+        return multitask.job(config)
+    task = tasks.get(config.task, config.data)
+    return (_seq2seq_job if task.kind == "seq2seq" else encoder_job)(config, task)
+
+
+def _training_splits(data: ml_collections.ConfigDict, task: tasks.Task) -> dict[str, list[tasks.Example]]:
+    """The task's splits read from the files its `data` block names; one without training rows is refused."""
+    options = {k: data[k] for k in task.options if data.get(k) is not None}
+    splits = task.load(data.dir, data.cache_dir, log=log, **options)
     if not splits.get("train"):
         raise UserError(f"task {task.name} has no training examples; check its files under data.dir")
     return splits
 
 
-def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
-    """An encoder (pretrained, or fresh from `model`) under the task kind's head."""
+@dataclasses.dataclass
+class Trunk:
+    """The encoder an encoder job fine-tunes (`encoder_trunk`): its config, family and the family's
+    record, the tokenizer, the model block it is built from, and what it starts from (`_encoder`'s
+    start: the checkpoint's parameters by name; None: a random start)."""
+
+    cfg: Any
+    family: str
+    record: models.Family
+    tokenizer: Any
+    block: dict[str, Any]
+    start: dict[str, Any] | None
+
+
+def encoder_trunk(config: ml_collections.ConfigDict) -> Trunk:
+    """The trunk of `config` (pretrained, or fresh from `model`), the vocabulary filled in and the
+    config validated, with what its mode and options need checked."""
     if config.mode not in MODES:
         raise UserError(f"mode={config.mode!r} is unknown; use one of {MODES}")
-    cfg, pretrained, tokenizer, vocab, family = _encoder(config)
+    cfg, start, tokenizer, vocab, family, block = _encoder(config)
     record = models.family(family)
-    task_inputs = record.task_inputs
     config.data.vocab = vocab
     validation.check(config)
     check_fine_tunable(family)
@@ -277,22 +342,35 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
         raise UserError(f"unfreeze_every_epochs thaws the whole trunk layer by layer; mode={config.mode!r} keeps part of "
                         "it frozen throughout: set mode='full' or unfreeze_every_epochs=0")
     check_length(cfg, config.data.max_seq_length, "data.max_seq_length")
+    return Trunk(cfg, family, record, tokenizer, block, start)
 
-    splits = _training_splits(config, task)
-    feats = {s: featurize(task, splits[s], tokenizer, config.data) for s in splits}
-    if task_inputs is not None:  # what the family's trunk reads beyond the ids (ELMo's characters, global positions)
+
+def task_features(trunk: Trunk, task: tasks.Task,
+                  data: ml_collections.ConfigDict) -> tuple[dict[str, list[tasks.Example]], dict[str, Features]]:
+    """(splits, the trunk's rows of each split) of `task`, read and encoded per its `data` block."""
+    splits = _training_splits(data, task)
+    feats = {s: featurize(task, splits[s], trunk.tokenizer, data) for s in splits}
+    if trunk.record.task_inputs is not None:  # what the family's trunk reads beyond the ids (ELMo's characters, ...)
         for f in feats.values():
-            f.arrays.update(task_inputs(cfg, tokenizer, f.arrays, task.kind))
-    if getattr(cfg, "type_vocab_size", None) == 1:  # RoBERTa has one segment embedding: pairs are told apart by [SEP] alone
+            f.arrays.update(trunk.record.task_inputs(trunk.cfg, trunk.tokenizer, f.arrays, task.kind))
+    if getattr(trunk.cfg, "type_vocab_size", None) == 1:  # RoBERTa has one segment embedding: pairs are told apart by [SEP] alone
         for f in feats.values():
             f.arrays["segment_ids"] = np.zeros_like(f.arrays["segment_ids"])
-    train_arrays = feats["train"].arrays
-    n_train = len(train_arrays["input_ids"])
-    total, opt_cfg = steps_and_optimizer(config, n_train)
+    return splits, feats
 
-    plan = prune_plan(config, total)
+
+def training_rows(feats: dict[str, Features]) -> dict[str, np.ndarray]:
+    """The arrays a training batch takes from the training split's rows (not tagging's word index)."""
+    return {k: v for k, v in feats["train"].arrays.items() if k != "word_index"}
+
+
+def encoder_optimizer(config: ml_collections.ConfigDict, trunk: Trunk, opt_cfg: ml_collections.ConfigDict, total: int,
+                      n_train: int, plan: prune_lib.Plan) -> Callable[[Any], tuple[Any, Any]]:
+    """params -> (transformation, schedule) of an encoder job: frozen parts per mode, ELECTRA's
+    layer-wise rates, ULMFiT's gradual unfreezing, Q8BERT's ranges and the pruning plan, as set."""
 
     def optimizer(params: Any) -> tuple[Any, Any]:
+        cfg, record = trunk.cfg, trunk.record
         decay = config.optimizer.layerwise_lr_decay
         every = max(1, round(config.unfreeze_every_epochs * n_train / config.batch_size))
         tx, lr = optimizer_lib.make(
@@ -307,13 +385,44 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
             tx = quantize_lib.ema_ranges(tx, config.quant_ema_decay)
         return (tx if plan.kind == "none" else prune_lib.pruned(tx, plan, record.layer_index)), lr
 
-    def with_pretrained(fresh: Any) -> Any:
-        return {**fresh, "encoder": merge_pretrained(fresh["encoder"], pretrained, config.init_checkpoint)}
+    return optimizer
 
-    model = task_model(cfg, family, task, config.mode, config.quantize, config.grad_accum_steps)
+
+def task_scores(task: tasks.Task, splits: dict[str, list[tasks.Example]], feats: dict[str, Features],
+                outputs: Callable[[Features], dict[str, np.ndarray]],
+                data: ml_collections.ConfigDict) -> tuple[dict[str, float], dict[str, Any]]:
+    """(scores, predictions) of one task: `outputs(features)` runs the model on every row of a
+    split. Scored on its evaluation splits (each score prefixed by the split where it has several),
+    predicted on those and on the submission splits present."""
+    scores, preds = {}, {}
+    for split in [*task.eval_splits, *(s for s, _ in task.submissions if s in feats)]:
+        preds[split] = predict(task, splits[split], feats[split], outputs(feats[split]), data)
+        if split in task.eval_splits:
+            prefix = "" if len(task.eval_splits) == 1 else f"{split}_"
+            scores.update({prefix + k: v for k, v in task.score(splits[split], preds[split]).items()})
+    return scores, preds
+
+
+def trained_share(params: Any, mode: str) -> str:
+    """What the log's first line says of the parameters a run trains."""
+    n_params = sum(x.size for x in jax.tree.leaves(params))
+    trains = jax.tree.leaves(trainable_mask(params, mode))
+    n_trained = sum(x.size for x, t in zip(jax.tree.leaves(params), trains) if t)
+    return f"mode {mode}, {n_trained / 1e6:.2f}M of {n_params / 1e6:.2f}M params trained"
+
+
+def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
+    """An encoder (pretrained, or fresh from `model`) under the task kind's head."""
+    trunk = encoder_trunk(config)
+    splits, feats = task_features(trunk, task, config.data)
+    train_arrays = feats["train"].arrays
+    n_train = len(train_arrays["input_ids"])
+    total, opt_cfg = steps_and_optimizer(config, n_train)
+    plan = prune_plan(config, total)
+    model = task_model(trunk.cfg, trunk.family, task, config.mode, config.quantize, config.grad_accum_steps)
     teacher = task_teacher(config, task)
     if config.lm_weight:
-        check_language_model(trunk(cfg, family), family)
+        check_language_model(trunk_network(trunk.cfg, trunk.family), trunk.family)
     if teacher is not None and config.lm_weight:
         raise UserError("lm_weight > 0 with a teacher_checkpoint: distillation has no language-modelling term; "
                         "set lm_weight=0")
@@ -324,32 +433,25 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
         apply = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True))
 
         def evaluate(params) -> dict[str, Any]:
-            scores, preds = {}, {}
-            for split in [*task.eval_splits, *(s for s, _ in task.submissions if s in feats)]:
-                out = _outputs(apply, params, feats[split], config.eval_batch_size, run.shard)
-                preds[split] = predict(task, splits[split], feats[split], out, config.data)
-                if split in task.eval_splits:
-                    prefix = "" if len(task.eval_splits) == 1 else f"{split}_"
-                    scores.update({prefix + k: v for k, v in task.score(splits[split], preds[split]).items()})
+            scores, preds = task_scores(task, splits, feats,
+                                        lambda f: batched_outputs(apply, params, f, config.eval_batch_size, run.shard),
+                                        config.data)
             return {"scores": scores, "predictions": preds}
         return evaluate
 
-    def described(params: Any) -> str:
-        n_params = sum(x.size for x in jax.tree.leaves(params))
-        trains = jax.tree.leaves(trainable_mask(params, config.mode))
-        n_trained = sum(x.size for x, t in zip(jax.tree.leaves(params), trains) if t)
-        return f"{task.kind}, mode {config.mode}, {n_trained / 1e6:.2f}M of {n_params / 1e6:.2f}M params trained"
-
     def finish(params: Any, predictions: dict[str, Any], workdir: pathlib.Path) -> dict[str, Any]:
         kinds.write(task, splits, predictions, workdir)
-        return _compression(params, config, plan, record.layer_index, workdir)
+        return _compression(params, config, plan, trunk.record.layer_index, workdir)
 
-    return Job(config=ml_collections.FrozenConfigDict(config), model=model, objective=objective,
-               rows=ShuffledRows({k: v for k, v in train_arrays.items() if k != "word_index"}, config.batch_size,
-                                 config.seed),
+    start = trunk.start
+    return Job(config=ml_collections.FrozenConfigDict(config), task=task.name, kind=task.kind, primary=task.primary,
+               model=model, objective=objective,
+               rows=ShuffledRows(training_rows(feats), config.batch_size, config.seed),
                example={k: v[:1] for k, v in train_arrays.items() if k in INPUTS}, n_train=n_train, total=total,
-               optimizer=optimizer, start_params=None if pretrained is None else with_pretrained, evaluator=evaluator,
-               finish=finish, described=described, teacher=teacher)
+               optimizer=encoder_optimizer(config, trunk, opt_cfg, total, n_train, plan),
+               start_params=None if start is None else (lambda fresh: start_from(fresh, start, config.init_checkpoint)),
+               evaluator=evaluator, finish=finish,
+               described=lambda params: f"{task.kind}, {trained_share(params, config.mode)}", teacher=teacher)
 
 
 def steps_and_optimizer(config: ml_collections.ConfigDict, n_train: int) -> tuple[int, ml_collections.ConfigDict]:
@@ -385,7 +487,7 @@ def task_teacher(config: ml_collections.ConfigDict, task: tasks.Task) -> Teacher
                         f"{teacher_config.get('task')!r}, not on the classification task {task.name!r}; pass a "
                         "fine-tuning run of this task")
     teacher_config = ml_collections.ConfigDict(teacher_config)
-    cfg, _, _, _, family = _encoder(teacher_config)
+    cfg, _, _, _, family, _ = _encoder(teacher_config)
     if teacher_config.mode == "adapters":
         cfg = dataclasses.replace(cfg, adapter_size=teacher_config.adapter_size)
     model = task_model(cfg, family, task, teacher_config.mode, teacher_config.get("quantize", "none"))
@@ -414,19 +516,20 @@ def _compression(params: Any, config: ml_collections.ConfigDict, plan: prune_lib
     return out
 
 
-def _results(run: run_lib.Run, summary: dict, task: tasks.Task, config: ml_collections.ConfigDict, latest: dict,
-             evaluate: Callable[[Any], dict], workdir: pathlib.Path, t0: float) -> dict[str, Any]:
+def _results(run: run_lib.Run, summary: dict, job: Job, latest: dict, evaluate: Callable[[Any], dict],
+             workdir: pathlib.Path, t0: float) -> dict[str, Any]:
     """What a fine-tuning run reports (written to results.json), or a short record when it was
     preempted. `latest` holds the last evaluation; a workdir whose run had already finished has
     none yet, so its final parameters are scored here."""
+    config = job.config
     if summary["preempted"]:
-        return {"task": task.name, "mode": config.mode, "steps": summary["step"], "scores": {}, "preempted": True}
+        return {"task": job.task, "mode": config.mode, "steps": summary["step"], "scores": {}, "preempted": True}
     if not latest:
         latest.update(evaluate(run.state["params"]))
     train_loss, evals = _record(run.writer.steps(), config.log_every, summary["step"])
     results = {
-        "task": task.name, "kind": task.kind, "mode": config.mode, "init_checkpoint": config.init_checkpoint,
-        "steps": summary["step"], "scores": latest["scores"], "primary": task.primary, "evals": evals,
+        "task": job.task, "kind": job.kind, "mode": config.mode, "init_checkpoint": config.init_checkpoint,
+        "steps": summary["step"], "scores": latest["scores"], "primary": job.primary, "evals": evals,
         "train_loss": train_loss, "seconds": time.time() - t0,
     }
     outputs.write_results(workdir, results)
@@ -512,7 +615,7 @@ def _seq2seq_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
         generation_options["mask_id"] = tokenizer.mask_id
     if way.takes_start:
         generation_options["decoder_start_id"] = start
-    splits = _training_splits(config, task)
+    splits = _training_splits(config.data, task)
     if family.seq2seq_training is not None:  # the family's own (UniLM's masked targets)
         rows, objective, example = family.seq2seq_training(config, tokenizer, splits["train"], source_length,
                                                            target_length)
@@ -551,8 +654,8 @@ def _seq2seq_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
             atomic_write(workdir / f"predictions_{split}.txt", "".join(t.replace("\n", " ") + "\n" for t in texts))
         return {}
 
-    return Job(config=ml_collections.FrozenConfigDict(config), model=model, objective=objective, rows=rows,
-               example=example, n_train=n_train, total=total,
+    return Job(config=ml_collections.FrozenConfigDict(config), task=task.name, kind=task.kind, primary=task.primary,
+               model=model, objective=objective, rows=rows, example=example, n_train=n_train, total=total,
                optimizer=lambda params: optimizer_lib.make(opt_cfg, total),
                start_params=None if pretrained is None else (
                    lambda fresh: merge_pretrained(fresh, pretrained, config.init_checkpoint)),
@@ -590,7 +693,7 @@ def _record(steps: dict[int, dict[str, float]], log_every: int, total: int) -> t
     return train_loss, evals
 
 
-def _outputs(apply: Callable, params: Any, features: Features, batch_size: int, shard: Callable) -> dict[str, np.ndarray]:
+def batched_outputs(apply: Callable, params: Any, features: Features, batch_size: int, shard: Callable) -> dict[str, np.ndarray]:
     """The model's outputs for every row, in fixed-size batches (the last padded, then trimmed)."""
     arrays = {k: v for k, v in features.arrays.items() if k in INPUTS}
     n = len(arrays["input_ids"])

@@ -178,8 +178,10 @@ def make(
         opt = optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=decay_mask)
     elif cfg.name == "lamb":  # ALBERT's large-batch optimizer: Adam with a per-layer trust ratio
         opt = optax.lamb(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=decay_mask)
+    elif cfg.name == "adamax":  # MT-DNN's (Liu et al. 2019): Adam with the infinity norm of past gradients
+        opt = optax.adamaxw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=decay_mask)
     else:
-        raise UserError(f"optimizer.name={cfg.name!r} is unknown; use 'adamw' or 'lamb'")
+        raise UserError(f"optimizer.name={cfg.name!r} is unknown; use 'adamw', 'lamb' or 'adamax'")
     tx = opt if unfreezing is not None else optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
     if multipliers is not None:
         tx = optax.chain(tx, scale_by_tree(multipliers))
