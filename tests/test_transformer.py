@@ -211,6 +211,30 @@ def test_relative_buckets_follow_t5_rule():
         np.testing.assert_array_equal(got, want)
 
 
+def test_sinusoidal_positions_are_the_papers_fixed_table():
+    """positions="sinusoidal" (Vaswani et al. 2017, §3.5): no position parameters, and the same
+    outputs as a learned table holding PE(pos, 2i) = sin(pos / 10000^(2i/d)) and
+    PE(pos, 2i + 1) = cos(pos / 10000^(2i/d)) (stored as the sine half, then the cosine half)."""
+    from bertology.models.transformer import sinusoid
+
+    d = 32
+    pos, i = np.arange(20)[:, None], np.arange(0, d, 2)[None]
+    paper = np.zeros((20, d))
+    paper[:, 0::2], paper[:, 1::2] = np.sin(pos / 10000 ** (i / d)), np.cos(pos / 10000 ** (i / d))
+    halves = np.asarray(sinusoid(jnp.arange(20.0), d))
+    np.testing.assert_allclose(halves, np.concatenate([paper[:, 0::2], paper[:, 1::2]], -1), atol=1e-5)
+
+    batch = batch_of(np.random.default_rng(0))
+    fixed = small(positions="sinusoidal", hidden_size=d, intermediate_size=64)
+    params = unbox(Encoder(fixed).init(jax.random.key(0), batch)["params"])
+    assert "position" not in params["embeddings"]
+    learned = dataclasses.replace(fixed, positions="absolute")
+    table = {**params, "embeddings": {**params["embeddings"], "position": {"embedding": sinusoid(
+        jnp.arange(float(learned.max_position_embeddings)), d)}}}
+    np.testing.assert_allclose(Encoder(fixed).apply({"params": params}, batch)["sequence"],
+                               Encoder(learned).apply({"params": table}, batch)["sequence"], atol=1e-5)
+
+
 def test_gpt2_residual_init_scaling():
     layers = 6
     cfg = small(num_layers=layers, hidden_size=64, intermediate_size=256, scale_residual_init=True, initializer_range=0.02)

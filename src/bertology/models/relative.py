@@ -38,7 +38,7 @@ import jax.numpy as jnp
 
 from bertology.errors import UserError
 from bertology.models.attention import attend
-from bertology.models.transformer import HeadsDense, TransformerConfig, init, layer_norm, sublayer_output
+from bertology.models.transformer import HeadsDense, TransformerConfig, init, layer_norm, sinusoid, sublayer_output
 
 Array = jax.Array
 BIASES = ("r_w_bias", "r_r_bias")  # content and position biases; XLNet adds r_s_bias
@@ -75,13 +75,6 @@ def recurrence(model_config: Any, keys: tuple[str, ...]) -> Recurrence:
     """The `Recurrence` of a `model` block (its `keys`, absent ones at their defaults)."""
     block = dict(model_config)
     return Recurrence(**{k: block[k] for k in keys if k in block})
-
-
-def sinusoid(positions: Array, dim: int) -> Array:
-    """[P] (float) distances -> [P, dim]: sines then cosines at the Transformer's frequencies."""
-    inv_freq = 1.0 / (10000.0 ** (jnp.arange(0.0, dim, 2.0) / dim))
-    angles = positions[:, None] * inv_freq[None, :]
-    return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
 
 
 def distances(qlen: int, klen: int, clamp_len: int) -> Array:

@@ -76,7 +76,7 @@ gelu.defvjp(lambda x: (gelu(x), x), _gelu_bwd)
 GATED = ("gated_gelu", "geglu")  # the activations whose feed-forward input is gated by a second projection
 NORMS = ("post", "pre")
 NORM_KINDS = ("layernorm", "rmsnorm")
-POSITIONS = ("absolute", "relative_bias", "rotary", "none")
+POSITIONS = ("absolute", "sinusoidal", "relative_bias", "rotary", "none")
 INIT_SCHEMES = ("bert", "fan_in")
 
 
@@ -118,7 +118,7 @@ class TransformerConfig:
     # pre-LN only: the norm before the first layer's attention; False (ModernBERT): the first layer
     # reads the embedding output as is (HF ModernBertEncoderLayer's attn_norm is Identity at layer 0)
     first_attention_norm: bool = True
-    positions: str = "absolute"  # absolute (learned table) | relative_bias (T5 buckets) | rotary | none
+    positions: str = "absolute"  # absolute (learned table) | sinusoidal (fixed) | relative_bias (T5 buckets) | rotary | none
     rope_theta: float = 10000.0  # rotary: the base of the frequencies (ModernBERT's global layers: 160000)
     local_rope_theta: float | None = None  # rotary in the sliding-window layers; None: rope_theta
     # Sliding-window layers (ModernBERT; HF's `local_attention`): the window's total width, each query
@@ -858,9 +858,19 @@ class RelativePositionBias(nn.Module):
         return jnp.transpose(table[bucket], (2, 0, 1))[None].astype(cfg.compute_dtype)
 
 
+def sinusoid(positions: Array, dim: int) -> Array:
+    """[...] (float) positions -> [..., dim]: sines then cosines at the frequencies of Vaswani et
+    al. 2017 (§3.5), 1 / 10000^(2i/dim), in the two halves as tensor2tensor's timing signal and
+    Transformer-XL's relative encodings lay them out (the paper interleaves them: the same
+    vectors, their dimensions permuted)."""
+    inv_freq = 1.0 / (10000.0 ** (jnp.arange(0.0, dim, 2.0) / dim))
+    angles = positions[..., None] * inv_freq
+    return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+
+
 class Embeddings(nn.Module):
-    """Token + learned absolute position + segment embeddings (each optional but the first),
-    LayerNorm (optional), dropout.
+    """Token + absolute position (learned, or `positions="sinusoidal"`: fixed sinusoids, no
+    parameters) + segment embeddings (each optional but the first), LayerNorm (optional), dropout.
 
     With `embedding_size` set (ALBERT, ELECTRA) the sum lives in E dimensions; the stack then
     projects it to its own H, so one table can serve two stacks of different widths.
@@ -895,6 +905,8 @@ class Embeddings(nn.Module):
             x = x * jnp.sqrt(cfg.embed_dim).astype(x.dtype)
         if cfg.positions == "absolute":
             x = x + self.position(positions)
+        elif cfg.positions == "sinusoidal":
+            x = x + sinusoid(positions.astype(jnp.float32), cfg.embed_dim).astype(x.dtype)
         if cfg.type_vocab_size:
             x = x + (self.segment(segment_ids) if jax.default_backend() == "cpu"
                      else one_hot_lookup(self.segment.embedding.astype(x.dtype), segment_ids))
