@@ -12,7 +12,13 @@ objective, one row per step, 15% of its tokens predicted:
 - `longformer`: Longformer's sliding window (`--window` keys in all, half on each side; no
   global tokens), banded in O(L · window) on xla;
 - `bigbird`: BigBird's block-sparse attention (blocks of `--window` / 4 tokens: each query
-  block sees a 3-block window, 2 random blocks and the first and last blocks, 7 blocks in all).
+  block sees a 3-block window, 2 random blocks and the first and last blocks, 7 blocks in all);
+- `reformer`: the Reformer's masked LM (`configs/reformer.py:tiny_mlm`, HF's
+  `ReformerForMaskedLM`): a local layer then an LSH layer (HF's alternation; 2 hashing rounds
+  into HF's 2 · length / chunk buckets), both over chunks of `--window` / 2 each seeing the
+  chunk before (`--window` keys, a round), in reversible layers whose backward pass recomputes each layer's
+  input; a learned position table like the others' (not axial), an output layer over both
+  streams (2 x hidden wide).
 
 For each (scheme, length) it compiles the step, reads XLA's plan (`memory_analysis`: the
 temporaries, which hold the activations the backward pass keeps, per token), and, where the plan
@@ -50,9 +56,10 @@ class Scheme:
     name: str
     recipe: str  # configs/<recipe>.py
     model: Callable[[int], dict[str, Any]]  # window -> the scheme's model settings
+    preset: str = "tiny"
 
     def config(self, length: int, window: int, size: dict[str, int], backend: str) -> Any:
-        c = recipe_config(self.recipe, "tiny", VOCAB, "float32", "none")
+        c = recipe_config(self.recipe, self.preset, VOCAB, "float32", "none")
         c.model.update(size, **self.model(window), max_position_embeddings=length + c.model.get("position_offset", 0),
                        dropout_rate=0.0, attention_dropout_rate=0.0)
         if backend != "xla" and self.name == "full":  # the sparse families compute on xla alone
@@ -66,6 +73,12 @@ SCHEMES = (
     Scheme("longformer", "longformer", lambda window: {"attention_window": [window], "max_global_tokens": 1}),
     # blocks of window / 4: a query block sees its 3-block window, 2 random blocks and the 2 global ones
     Scheme("bigbird", "bigbird", lambda window: {"sparse_block_size": window // 4, "num_random_blocks": 2}),
+    # local then LSH layers (HF's pattern: the smoke's one layer is local) over chunks of window / 2, each
+    # seeing the chunk before; buckets by HF's rule (None)
+    Scheme("reformer", "reformer", lambda window: {
+        "attn_layers": None, "num_hashes": 2, "num_buckets": None, "lsh_attn_chunk_length": window // 2,
+        "local_attn_chunk_length": window // 2, "lsh_num_chunks_after": 0, "local_num_chunks_after": 0,
+        "lsh_attention_dropout_rate": 0.0, "axial_pos_embds": False}, preset="tiny_mlm"),
 )
 
 

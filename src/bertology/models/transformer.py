@@ -505,7 +505,7 @@ class Adapter(nn.Module):
         return x + up(h)
 
 
-def _hash32(x: Array) -> Array:
+def hash32(x: Array) -> Array:
     """lowbias32 (C. Wellons's integer-hash search): a bijection of uint32 whose output bits each
     flip with probability ~1/2 when any input bit flips."""
     x = x ^ (x >> 16)
@@ -544,7 +544,7 @@ class Dropout(nn.Module):
         index = jnp.zeros(shape, jnp.uint32)
         for axis, stride in enumerate(math.prod(shape[a + 1:]) for a in range(len(shape))):
             index = index + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride)
-        words = _hash32(_hash32(index ^ k0) + k1)
+        words = hash32(hash32(index ^ k0) + k1)
         draws = (jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(x.shape).astype(jnp.uint32) if pairs
                  else words >> 16)
         threshold = round(self.rate * 2 ** 16)
