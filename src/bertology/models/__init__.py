@@ -108,13 +108,20 @@ def family(name: str) -> Family:
     return package.FAMILY
 
 
+def block_fields(model_config: ModelConfig, cls: type, name: str, extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A `model` block's keys but `family` and `extra_keys`, for the trunk config dataclass `cls`;
+    a key `cls` has no field for is refused in one line ("unknown <name> key(s) [...]; valid: ...")."""
+    fields = {k: v for k, v in dict(model_config).items() if k not in {"family", *extra_keys}}
+    valid = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(fields) - valid)
+    if unknown:
+        raise UserError(f"unknown {name} key(s) {unknown}; valid: {sorted(valid)}")
+    return fields
+
+
 def transformer_config(model_config: ModelConfig, extra_keys: tuple[str, ...] = ()) -> TransformerConfig:
     """TransformerConfig from a `model` block: every key but `family` and `extra_keys`."""
-    fields = {k: v for k, v in dict(model_config).items() if k not in {"family", *extra_keys}}
-    unknown = sorted(set(fields) - set(TransformerConfig.__dataclass_fields__))
-    if unknown:
-        raise UserError(f"unknown model config key(s) {unknown}; valid: {sorted(TransformerConfig.__dataclass_fields__)}")
-    return TransformerConfig(**fields)
+    return TransformerConfig(**block_fields(model_config, TransformerConfig, "model config", extra_keys))
 
 
 def fixed_architecture(model_config: ModelConfig, architecture: dict[str, Any], name: str,

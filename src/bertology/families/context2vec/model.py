@@ -28,9 +28,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bertology.errors import UserError
 from bertology.families.elmo import model as elmo
-from bertology.models import Family, encoder_config, flops
+from bertology.models import Family, block_fields, encoder_config, flops
 from bertology.models.tasks import masked_mean
 
 Array = jax.Array
@@ -58,12 +57,7 @@ class Context2VecConfig:
 
 def config(model_config: Any) -> Context2VecConfig:
     """The Context2VecConfig of a `model` block (every key but `family`)."""
-    fields = {k: v for k, v in dict(model_config).items() if k != "family"}
-    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Context2VecConfig)})
-    if unknown:
-        raise UserError(f"unknown context2vec model key(s) {unknown}; valid: "
-                        f"{sorted(f.name for f in dataclasses.fields(Context2VecConfig))}")
-    return Context2VecConfig(**fields)
+    return Context2VecConfig(**block_fields(model_config, Context2VecConfig, "context2vec model"))
 
 
 def words(batch: dict[str, Array]) -> Array:

@@ -42,7 +42,7 @@ import numpy as np
 from bertology.data import words
 from bertology.data.words import N_CHARACTERS
 from bertology.errors import UserError
-from bertology.models import Family, encoder_config, flops
+from bertology.models import Family, block_fields, encoder_config, flops
 from bertology.models.tasks import masked_mean
 
 Array = jax.Array
@@ -81,10 +81,7 @@ class ElmoConfig:
 
 def config(model_config: Any) -> ElmoConfig:
     """The ElmoConfig of a `model` block (every key but `family`)."""
-    fields = {k: v for k, v in dict(model_config).items() if k != "family"}
-    unknown = sorted(set(fields) - set(ElmoConfig.__dataclass_fields__))
-    if unknown:
-        raise UserError(f"unknown ELMo model key(s) {unknown}; valid: {sorted(ElmoConfig.__dataclass_fields__)}")
+    fields = block_fields(model_config, ElmoConfig, "ELMo model")
     if "filters" in fields:
         fields["filters"] = tuple((int(w), int(n)) for w, n in fields["filters"])
     if fields.get("activation", "relu") not in ACTIVATIONS:

@@ -37,7 +37,7 @@ import numpy as np
 
 from bertology.errors import UserError
 from bertology.families.elmo import model as elmo
-from bertology.models import Family, encoder_config, flops
+from bertology.models import Family, block_fields, encoder_config, flops
 
 Array = jax.Array
 KINDS = ("lm", "autoencoder")
@@ -81,10 +81,7 @@ class LSTMConfig:
 
 def config(model_config: Any) -> LSTMConfig:
     """The LSTMConfig of a `model` block (every key but `family`)."""
-    fields = {k: v for k, v in dict(model_config).items() if k != "family"}
-    unknown = sorted(set(fields) - set(LSTMConfig.__dataclass_fields__))
-    if unknown:
-        raise UserError(f"unknown LSTM model key(s) {unknown}; valid: {sorted(LSTMConfig.__dataclass_fields__)}")
+    fields = block_fields(model_config, LSTMConfig, "LSTM model")
     if fields.get("kind", "lm") not in KINDS:
         raise UserError(f"model.kind={fields['kind']!r} is not an LSTM baseline; use one of {', '.join(KINDS)}")
     return LSTMConfig(**fields)
