@@ -1,8 +1,8 @@
 """Accuracy on the long-range task (`bertology.tasks.long_range`) of a 512-token encoder against
-two 4,096-token ones, each a preset of configs/finetune/long_range.py fine-tuned from scratch:
+three 4,096-token ones, each a preset of configs/finetune/long_range.py fine-tuned from scratch:
 the key sentence always lies past the first 512 tokens, so the truncated model should sit at
 chance (1/K) and a model that reaches the whole row (Longformer's global [CLS], ModernBERT's
-global layers) above it.
+global layers, the Reformer's hashed buckets) above it.
 
     python -m benchmarks.long_range --workdir runs/long_range           # the full table (CPU: tens of minutes)
     python -m benchmarks.long_range --workdir /tmp/lr --smoke           # tiny documents, two steps: the plumbing (~2 min)
@@ -23,7 +23,7 @@ from bertology import sweep
 from bertology.train.finetune import finetune
 
 CONFIG = pathlib.Path(__file__).resolve().parents[1] / "configs" / "finetune" / "long_range.py"
-PRESETS = ("roberta_512", "longformer_4096", "modernbert_4096")
+PRESETS = ("roberta_512", "longformer_4096", "modernbert_4096", "reformer_4096")
 # Smoke: 128-token documents whose key lies after 32 words; the truncated model reads 32 tokens.
 SMOKE = dict(long_range_tokens=128, long_range_prefix=32, long_range_train=16, long_range_eval=8)
 

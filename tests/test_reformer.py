@@ -50,19 +50,6 @@ KINDS = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def quick_compiles():
-    """This file's programs compiled without XLA's backend optimisations (jax's
-    `jax_disable_most_optimizations`: LLVM at -O0, no expensive passes), the train loop's
-    included: on these tiny shapes a third of XLA:CPU's compile time (an LSH layer's gradient:
-    0.8 s instead of 2.4 s), the same numbers to float32 rounding and the same memory plan, which
-    keeps the file within its time budget. Restored after the file."""
-    before = jax.config.values["jax_disable_most_optimizations"]
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", before)
-
-
 def rotations(num_hashes=2, num_buckets=4):
     """HF's draw (`LSHSelfAttention._hash_vectors` with hash_seed set): the same for every LSH layer."""
     torch.manual_seed(SEED)
@@ -422,3 +409,45 @@ def test_released_shapes_are_hf_shapes(preset):
                         max_position_embeddings=524288, num_attention_heads=2, num_buckets=[64, 128], num_hashes=1,
                         num_hidden_layers=6, vocab_size=320, hidden_dropout_prob=0.05)
         assert {k: exported[k] for k in released} == released
+
+
+# --- fine-tuning ------------------------------------------------------------------------------------------------
+
+def test_the_fine_tuning_trunk_is_the_pretrained_one_read_at_the_first_token(tmp_path):
+    """The long-range preset's classification job (shrunk to rows of 64 tokens): its trunk's
+    parameters are a pretraining model's `reformer` parameters, nothing more; the logits are the
+    head over that pretraining trunk's first-token state; and fine-tuning's gradients through the
+    reversible stack (dropout on) equal plain autodiff's."""
+    from bertology import sweep, tasks
+    from bertology.train import finetune
+
+    c = sweep.load_config(helpers.REPO / "configs" / "finetune" / "long_range.py", "reformer_4096")
+    c.data.update(long_range_tokens=64, long_range_prefix=16, long_range_train=2, long_range_eval=2,
+                  max_seq_length=64, cache_dir=str(tmp_path))
+    c.model.update(max_position_embeddings=64, axial_pos_shape=[8, 8], lsh_attn_chunk_length=16,
+                   local_attn_chunk_length=16, dropout_rate=0.1)
+    job = finetune.encoder_job(c, tasks.get("long_range"))
+    example = {k: np.asarray(v) for k, v in job.example.items()}
+    params = nn.meta.unbox(jax.jit(job.model.init)(jax.random.key(0), example))["params"]
+    pretraining = models.build(c.model.to_dict())
+    pretrained = nn.meta.unbox(jax.eval_shape(pretraining.init, jax.random.key(0), example))["params"]
+    assert set(params) == {"encoder", "head"}
+    assert jax.tree.structure(params["encoder"]) == jax.tree.structure(reformer.trunk(pretrained))
+
+    cfg = models.encoder_config(c.model)
+    trunk = reformer.Reformer(cfg, cfg.reformer)
+    state = jax.jit(trunk.apply)({"params": params["encoder"]}, example)["sequence"][:, 0]
+    head = params["head"]
+    np.testing.assert_allclose(jax.jit(job.model.apply)({"params": params}, example)["logits"],
+                               state @ head["kernel"] + head["bias"], rtol=1e-5, atol=1e-5)
+
+    def grads(reversible):
+        network = reformer.TaskTrunk(cfg, cfg.reformer, reversible)
+        weights = jax.random.normal(jax.random.key(1), (2 * cfg.hidden_size,))
+        return jax.jit(jax.grad(lambda p: jnp.sum(network.apply({"params": p}, example, deterministic=False,
+                                                                rngs={"dropout": jax.random.key(2)})["pooled"] @ weights)))(
+            params["encoder"])
+
+    got, want = grads(True), grads(False)
+    assert max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(want)) > 1e-3
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got, want)

@@ -53,7 +53,11 @@ trains on rows of exactly prod(axial_pos_shape) tokens), and packed rows (`packi
 causal data's) attend within their own document in both attentions (HF has no packing). HF's
 axial dropout (`dropout2d`, zeroing the encodings of every position sharing the second axial
 index) is kept. Not here: HF's incremental decoding (cached buckets and states), so generation
-refuses these runs, and a fine-tuning trunk (`task_modes` is empty).
+refuses these runs.
+
+**Fine-tuning** (`TaskTrunk`): the trunk under a task head, which reads the first token's state
+for sequence-level tasks; training goes through the reversible stack, so a 4,096-token row
+fine-tunes in the memory pretraining needs (configs/finetune/long_range.py:reformer_4096).
 """
 
 from __future__ import annotations
@@ -223,14 +227,23 @@ def settings(model_config: ModelConfig, cfg: TransformerConfig) -> Settings:
     return s
 
 
-def config(model_config: ModelConfig) -> TransformerConfig:
-    """The trunk's TransformerConfig: `ARCHITECTURE` filled in where the block leaves it out,
-    a block that sets any of it otherwise refused; the Reformer's own keys are checked too."""
+@dataclasses.dataclass(frozen=True)
+class Config(TransformerConfig):
+    """The trunk's config (`config`): the core settings and the Reformer's `Settings`, so that
+    fine-tuning and features, which get a family's trunk config from the `model` block alone
+    (`Family.task_trunk`), can rebuild the trunk."""
+
+    reformer: Settings = Settings(attn_layers=())
+
+
+def config(model_config: ModelConfig) -> Config:
+    """The trunk's config: `ARCHITECTURE` filled in where the block leaves it out, a block that
+    sets any of it otherwise refused; the Reformer's own keys checked (`settings`)."""
     block = {k: v for k, v in dict(model_config).items() if k not in EXTRA_KEYS}
     cfg = fixed_architecture(block, ARCHITECTURE, "Reformer", "(pre-LN reversible layers over learned or axial "
                              "positions, no segments, pooler or embedding norm)")
-    settings(model_config, cfg)
-    return cfg
+    core = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TransformerConfig)}
+    return Config(**core, reformer=settings(model_config, cfg))
 
 
 class Embeddings(nn.Module):
@@ -473,9 +486,26 @@ class _Head(nn.Module):
         return cfg.real_logits(add_vocab_bias(logits.astype(jnp.float32), bias))
 
 
+class TaskTrunk(Reformer):
+    """The fine-tuning trunk (`Family.task_trunk`): the pretraining trunk itself (its parameters
+    are `trunk(params)`, nothing new), whose sequence-level heads read the first token's
+    [y1; y2] state, as HF's `ReformerClassificationHead` reads `hidden_states[:, 0]` (its extra
+    dense + tanh layer is not here: our heads are one dense layer, as for every trunk without a
+    pooler). Fine-tuning trains through the reversible stack; features read `layers`."""
+
+    def __call__(self, batch: dict[str, Array], *, deterministic: bool = True,
+                 rotations: Array | None = None) -> dict[str, Any]:
+        out = super().__call__(batch, deterministic=deterministic, rotations=rotations)
+        return {**out, "pooled": out["sequence"][:, 0]}
+
+
+def task_trunk(cfg: Config, name: str) -> TaskTrunk:
+    return TaskTrunk(cfg, cfg.reformer, name=name)
+
+
 def build(model_config: ModelConfig) -> Model:
     cfg = config(model_config)
-    return Model(cfg, settings(model_config, cfg))
+    return Model(cfg, cfg.reformer)
 
 
 def trunk(params: dict) -> dict:
@@ -512,7 +542,7 @@ def flops_per_token(config_: ml_collections.ConfigDict, nominal: bool = False) -
     position (causal) or at the predictions (MLM). `nominal`: the paper-style count, full
     attention over the row (`flops.stack`), plus the head."""
     cfg = config(config_.model)
-    s = settings(config_.model, cfg)
+    s = cfg.reformer
     length = config_.data.max_seq_length
     rows = 1.0 if s.is_decoder else config_.data.max_predictions_per_seq / length
     head = 2 * 2 * cfg.hidden_size * cfg.vocab_size * rows
@@ -524,5 +554,6 @@ def flops_per_token(config_: ml_collections.ConfigDict, nominal: bool = False) -
     return flops.TRAIN * (projections + attention_flops(cfg, s, length) + ffn + head)
 
 
-# No fine-tuning trunk (task_modes empty): fine-tuning and features refuse its runs in one line.
-FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, build=build, task_modes=())
+# Its trunk has no Houlsby adapters.
+FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, build=build,
+                task_modes=("full", "features"), task_trunk=task_trunk)
