@@ -6,7 +6,9 @@
 The network (`bertology.families.modernbert`): pre-LN without biases, rotary positions (base
 160000 in the global layers, 10000 in the local ones), GeGLU feed-forward blocks, every third
 layer global and the others a 128-token sliding window (64 keys each side). The objective is
-masked LM alone (no NSP), at the paper's 30% masking rate, on full-sentence rows; no dropout
+masked LM alone (no NSP), at the paper's 30% masking rate, on packed rows (the reference's
+`sequence_packing`: whole documents back to back, each attending only within itself, its rotary
+positions restarting: the paper's unpadded batches, `data.instances=packed`); no dropout
 anywhere, as the released checkpoints' configs say (HF `attention_dropout`, `embedding_dropout`,
 `mlp_dropout` all 0.0).
 
@@ -61,7 +63,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if vocab_size is not None:
         c.model.vocab_size = vocab_size
     # 30% of the tokens predicted (the paper's rate): 39 of a 128-token row
-    c.data.update(instances="full_sentences", masking="dynamic", masked_lm_prob=0.3, max_predictions_per_seq=39)
+    c.data.update(instances="packed", masking="dynamic", masked_lm_prob=0.3, max_predictions_per_seq=39)
     if paper:
         c.data.update(max_seq_length=1024, max_predictions_per_seq=308)
         c.optimizer.update(learning_rate=8e-4 if preset == "base" else 5e-4, weight_decay=1e-5)

@@ -5,9 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bertology import models
 from bertology.data import packing
 from bertology.errors import UserError
-from bertology.models.transformer import Encoder, TransformerConfig
+from bertology.models.transformer import Encoder
 
 CLS, SEP = 2, 3
 
@@ -67,16 +68,27 @@ def test_bad_lengths_fail_with_one_line():
         packing.pack([np.arange(9)], 8)
 
 
-def test_packed_row_encodes_like_its_documents_alone():
-    cfg = TransformerConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                        dropout_rate=0.0, attention_dropout_rate=0.0)
+SHAPE = dict(vocab_size=100, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, dropout_rate=0.0,
+             attention_dropout_rate=0.0)
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_packed_row_encodes_like_its_documents_alone(family):
+    """ModernBERT's unpadded batches (Warner et al. 2024, "unpadding": documents back to back, attention
+    within each) are packed rows here: with its rotary positions restarting per document and a
+    window (layer 0 global, layer 1 local, 3 tokens each side) narrower than the documents, each
+    document's states equal those it gets alone in a padded row."""
+    block = dict(family=family, **SHAPE) | (dict(local_attention=6, global_attn_every_n_layers=2,
+                                                 max_position_embeddings=48) if family == "modernbert" else {})
+    cfg = models.encoder_config(block)
+    assert family == "bert" or (cfg.positions, cfg.local_attention) == ("rotary", 6)
     pieces = packing.document_pieces(docs(np.random.default_rng(1), 3), 48, CLS, SEP)
     packed = packing.pack(pieces, 48)
     assert packed["packing_ids"][0].max() >= 2  # the first row really holds several documents
     encoder = Encoder(cfg)
     row = {k: jnp.asarray(v[:1]) for k, v in packed.items()}
-    params = encoder.init(jax.random.key(0), row)
-    out = encoder.apply(params, row)["sequence"][0]
+    params = jax.jit(encoder.init)(jax.random.key(0), row)
+    out = jax.jit(encoder.apply)(params, row)["sequence"][0]
     pid = packed["packing_ids"][0]
     for k in range(1, pid.max() + 1):
         alone = packing.one_per_row([row["input_ids"][0][pid == k]], 48)
