@@ -237,6 +237,7 @@ def test_presets_write_the_released_options(preset):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 def test_tiny_bilm_learns_on_embedded_corpus(tmp_path):
     status = pretrain.main(["pretrain", "--config", "configs/elmo.py:tiny", "--workdir", str(tmp_path),
                             "--config.total_steps=30", "--config.batch_size=16", "--config.log_every=10",

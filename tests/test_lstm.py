@@ -180,12 +180,14 @@ def _learns(config_path, tmp_path):
     return [r["perplexity"] for r in rows if "perplexity" in r]
 
 
+@pytest.mark.optimized
 def test_tiny_lm_learns_on_embedded_corpus(tmp_path):
     ppl = _learns("configs/lstm_lm.py:tiny", tmp_path)
     assert ppl[0] > 2000  # near uniform over the 4k-word vocabulary at the start
     assert ppl[-1] < 0.25 * ppl[0]
 
 
+@pytest.mark.optimized
 def test_tiny_autoencoder_learns_on_embedded_corpus(tmp_path):
     ppl = _learns("configs/seq_autoencoder.py:tiny", tmp_path)
     assert ppl[0] > 2000

@@ -130,6 +130,7 @@ def test_teacher_stays_bit_identical_through_training_steps(config, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 def test_short_distillation_raises_the_held_out_cosine(config, tmp_path):
     out = train(config, tmp_path / "student")
     assert set(out["state"]) == {"step", "params", "opt_state", run_lib.SKIPPED}  # no teacher in the state

@@ -22,6 +22,7 @@ def output_text(cell) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 def test_quickstart_notebook_runs(tmp_path):
     nb = execute("quickstart", tmp_path, steps=30)
     text = "".join(output_text(c) for c in nb.cells if c.cell_type == "code")
