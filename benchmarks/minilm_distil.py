@@ -75,11 +75,16 @@ def initial_student(config: ml_collections.ConfigDict, workdir: str | pathlib.Pa
     return pathlib.Path(workdir)
 
 
-def embedding_cosines(teacher: str | pathlib.Path, student: str | pathlib.Path, texts: Sequence[str]) -> np.ndarray:
-    """Per text, the cosine between the two runs' mean-pooled sentence embeddings."""
+def embedding_cosines(teacher: str | pathlib.Path, students: Sequence[str | pathlib.Path],
+                      texts: Sequence[str]) -> list[np.ndarray]:
+    """Per student run, per text, the cosine between its mean-pooled sentence embedding and the teacher's."""
     t = features.extract(teacher, texts, max_seq_length=128)["sentence"]
-    s = features.extract(student, texts, max_seq_length=128)["sentence"]
-    return (t * s).sum(1) / np.linalg.norm(t, axis=1) / np.linalg.norm(s, axis=1)
+    t = t / np.linalg.norm(t, axis=1, keepdims=True)
+    out = []
+    for student in students:
+        s = features.extract(student, texts, max_seq_length=128)["sentence"]
+        out.append((t * s).sum(1) / np.linalg.norm(s, axis=1))
+    return out
 
 
 def encoder_parameters(checkpoint: str | pathlib.Path) -> tuple[int, int]:
@@ -147,8 +152,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         initial_student(config, initial)
     teacher = config.teacher_checkpoint
     texts = held_out_sentences(teacher)
-    before = embedding_cosines(teacher, initial, texts)
-    after = embedding_cosines(teacher, workdir / "student", texts)
+    before, after = embedding_cosines(teacher, [initial, workdir / "student"], texts)
     (t_rate, t_cpu), (s_rate, s_cpu) = encoder_rates([teacher, workdir / "student"], texts[:args.speed_batch],
                                                      args.repeats)
     (t_params, t_body), (s_params, s_body) = encoder_parameters(teacher), encoder_parameters(workdir / "student")

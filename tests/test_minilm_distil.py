@@ -135,9 +135,8 @@ def test_short_distillation_raises_the_held_out_cosine(config, tmp_path):
     out = train(config, tmp_path / "student")
     assert set(out["state"]) == {"step", "params", "opt_state", run_lib.SKIPPED}  # no teacher in the state
     texts = minilm_distil.held_out_sentences(config.teacher_checkpoint)[::4]
-    before = minilm_distil.embedding_cosines(config.teacher_checkpoint,
-                                             minilm_distil.initial_student(config, tmp_path / "initial"), texts)
-    after = minilm_distil.embedding_cosines(config.teacher_checkpoint, tmp_path / "student", texts)
+    initial = minilm_distil.initial_student(config, tmp_path / "initial")
+    before, after = minilm_distil.embedding_cosines(config.teacher_checkpoint, [initial, tmp_path / "student"], texts)
     print(f"\nheld-out cosine over {len(texts)} sentences: {before.mean():.4f} -> {after.mean():.4f} "
           f"after {config.total_steps} steps")
     assert after.mean() > before.mean() + 0.01

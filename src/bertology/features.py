@@ -48,19 +48,18 @@ def extract(
     if any(not -n_layers <= i < n_layers for i in layers):
         raise UserError(f"layers {list(layers)} out of range for {n_layers - 1} layers; use 0..{n_layers - 1} or negative")
 
+    # The weights are an argument, not closed over: closed over, they are constants of the
+    # program, which XLA compiles more slowly the larger they are (the whole embedding table).
     @jax.jit
-    def run(batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+    def run(variables: dict, batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
         out = trunk.apply(variables, batch)["layers"]
         tokens = sum(out[i] for i in layers) / len(layers)
         tokens = tokens * batch["input_mask"][..., None]
         return tokens, _sentence(tokens, batch["input_mask"], causal)
 
-    tokens, sentence = [], []
-    for start in range(0, len(texts), batch_size):
-        t, s = run({k: v[start:start + batch_size] for k, v in arrays.items()})
-        tokens.append(np.asarray(t))
-        sentence.append(np.asarray(s))
-    return {"tokens": np.concatenate(tokens), "sentence": np.concatenate(sentence),
+    out = [(np.asarray(t)[:n], np.asarray(s)[:n])
+           for batch, n in _batches(arrays, batch_size) for t, s in [run(variables, batch)]]
+    return {"tokens": np.concatenate([t for t, _ in out]), "sentence": np.concatenate([s for _, s in out]),
             "input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
 
 
@@ -81,12 +80,11 @@ def layer_states(checkpoint: str | pathlib.Path, texts: Sequence[str] | Sequence
     words = arrays.pop("word_index", None)
 
     @jax.jit
-    def run(batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+    def run(variables: dict, batch: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
         layers = jnp.stack(trunk.apply(variables, batch)["layers"], 1) * batch["input_mask"][:, None, :, None]
         return layers, jax.vmap(lambda x: _sentence(x, batch["input_mask"], causal), 1, 1)(layers)
 
-    out = [jax.device_get(run({k: v[i:i + batch_size] for k, v in arrays.items()}))
-           for i in range(0, len(texts), batch_size)]
+    out = [[x[:n] for x in jax.device_get(run(variables, batch))] for batch, n in _batches(arrays, batch_size)]
     states = {"layers": np.concatenate([o[0] for o in out]), "sentence": np.concatenate([o[1] for o in out]),
               "input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
     return states if words is None else {**states, "word_index": words}
@@ -116,7 +114,7 @@ def attention_maps(checkpoint: str | pathlib.Path, texts: Sequence[str], *, max_
 
     trunk, variables, arrays, _, _ = _trunk(checkpoint, texts, max_seq_length)
 
-    def maps(batch: dict[str, Any]) -> jax.Array:
+    def maps(variables: dict, batch: dict[str, Any]) -> jax.Array:
         _, state = trunk.apply(variables, batch, mutable=["intermediates"])
         sown = sorted(((_natural(path), leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)
                        if jax.tree_util.DictKey("probs") in path), key=lambda item: item[0])
@@ -126,16 +124,27 @@ def attention_maps(checkpoint: str | pathlib.Path, texts: Sequence[str], *, max_
         return jnp.stack(layers, 1) * batch["input_mask"][:, None, None, :, None]
 
     first = {k: v[:1] for k, v in arrays.items()}
-    if not jax.eval_shape(maps, first).size:
+    if not jax.eval_shape(maps, variables, first).size:
         from bertology.train.checkpoint import read_json
 
         family = read_json(pathlib.Path(checkpoint) / "config.json", "")["model"]["family"]
         raise UserError(f"a {family} run's attention is not the shared softmax attention whose maps this reads "
                         "(its own relative or block-sparse attention); use a run of a BERT-style encoder, GPT or T5")
     run = jax.jit(maps)
-    for start in range(0, len(texts), batch_size):
-        batch = {k: v[start:start + batch_size] for k, v in arrays.items()}
-        yield {"attention": np.asarray(run(batch)), "input_ids": batch["input_ids"], "input_mask": batch["input_mask"]}
+    for batch, n in _batches(arrays, batch_size):
+        yield {"attention": np.asarray(run(variables, batch))[:n], "input_ids": batch["input_ids"][:n],
+               "input_mask": batch["input_mask"][:n]}
+
+
+def _batches(arrays: dict[str, np.ndarray], batch_size: int) -> Iterator[tuple[dict[str, np.ndarray], int]]:
+    """(batch, how many of its rows are real) over `arrays`, every batch of one shape: the last is
+    padded with copies of its final row, so that the jitted encoder compiles once, not twice."""
+    n = len(arrays["input_ids"])
+    size = min(batch_size, n)
+    for start in range(0, n, size):
+        real = min(size, n - start)
+        yield {k: np.pad(v[start:start + real], [(0, size - real)] + [(0, 0)] * (v.ndim - 1), mode="edge")
+               for k, v in arrays.items()}, real
 
 
 def _natural(path: tuple) -> tuple:
