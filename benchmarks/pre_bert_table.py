@@ -8,8 +8,10 @@ get the steps that buy the same nominal FLOPs at their own cost per token
 (`bertology.sweep.flops_per_token`, the equal-FLOP sweep's count), at the same batch and row
 length (WordPieces for BERT, words for the LSTMs). Each is then fine-tuned on the embedded task
 with `configs/finetune/embedded.py`: ELMo frozen through its scalar mix (`mode=features`, as
-Peters et al. use it), the LSTM LM and BERT whole (`mode=full`), plus BERT and the LSTM from
-scratch. Prints a Markdown table; finished runs are kept, so a stopped run continues.
+Peters et al. use it) under a linear head and under GLUE's BiLSTM+Attn task model
+(`models/task_encoders.py`), the LSTM LM and BERT whole (`mode=full`), plus BERT and the LSTM
+from scratch. Prints a Markdown table; finished runs are kept, so a stopped run continues, and
+`--rows` runs some of them.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from bertology.sweep import flops_per_token, load_config
 from bertology.train.finetune import trainable_mask
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
-# (run name, row label, pretraining config or None, fine-tuning mode, from-scratch model config)
+# (run name, row label, pretraining config or None, fine-tuning mode, from-scratch model config, task encoder)
 ROWS = (
-    ("lstm_scratch", "LSTM, from scratch", None, "full", "lstm_lm"),
-    ("lstm_lm", "LSTM, LSTM-LM initialisation (Dai & Le)", "lstm_lm", "full", None),
-    ("elmo", "BiLSTM biLM, ELMo features (frozen, scalar mix)", "elmo", "features", None),
-    ("bert_scratch", "BERT, from scratch", None, "full", "bert"),
-    ("bert", "BERT, pretrained (MLM + NSP)", "bert", "full", None),
+    ("lstm_scratch", "LSTM, from scratch", None, "full", "lstm_lm", "none"),
+    ("lstm_lm", "LSTM, LSTM-LM initialisation (Dai & Le)", "lstm_lm", "full", None, "none"),
+    ("elmo", "BiLSTM biLM, ELMo features (frozen, scalar mix + linear head)", "elmo", "features", None, "none"),
+    ("elmo_bilstm_attn", "BiLSTM biLM, ELMo features (frozen, scalar mix) + BiLSTM+Attn task model", "elmo",
+     "features", None, "bilstm_attn"),
+    ("bert_scratch", "BERT, from scratch", None, "full", "bert", "none"),
+    ("bert", "BERT, pretrained (MLM + NSP)", "bert", "full", None, "none"),
 )
 
 
@@ -56,12 +60,13 @@ def flops_per_step(name: str, batch_size: int, length: int) -> float:
     return flops_per_token(c, for_data(c.data).vocab_size) * batch_size * length
 
 
-def finetune_config(init: str | None, mode: str, scratch: str | None, epochs: int,
-                    length: int) -> ml_collections.ConfigDict:
+def finetune_config(init: str | None, mode: str, scratch: str | None, epochs: int, length: int,
+                    task_encoder: str = "none") -> ml_collections.ConfigDict:
     """`configs/finetune/embedded.py` from `init`, or from scratch with the `model` block (and
-    vocabulary) of `configs/<scratch>.py:tiny`."""
+    vocabulary) of `configs/<scratch>.py:tiny`; a task encoder at its default (small) size."""
     c = load_config(CONFIGS / "finetune" / "embedded.py")
     c.update(init_checkpoint=init, mode=mode, epochs=epochs)
+    c.task_encoder.name = task_encoder
     c.data.max_seq_length = length
     if scratch:
         pre = load_config(CONFIGS / f"{scratch}.py", "tiny")
@@ -71,13 +76,15 @@ def finetune_config(init: str | None, mode: str, scratch: str | None, epochs: in
 
 
 def run(workdir: pathlib.Path, reference_steps: int, batch_size: int, length: int, epochs: int,
-        finetune_length: int) -> list[dict]:
+        finetune_length: int, names: tuple[str, ...] = tuple(r[0] for r in ROWS)) -> list[dict]:
     from bertology.train.finetune import finetune
     from bertology.train.loop import train
 
     budget = reference_steps * flops_per_step("bert", batch_size, length)
     rows = []
-    for name, label, pre, mode, scratch in ROWS:
+    for name, label, pre, mode, scratch, task_encoder in ROWS:
+        if name not in names:
+            continue
         record = workdir / f"{name}.json"
         if record.is_file():
             rows.append(json.loads(record.read_text()))
@@ -88,7 +95,7 @@ def run(workdir: pathlib.Path, reference_steps: int, batch_size: int, length: in
             init = workdir / "pretrain" / pre
             if not (init / "checkpoints").is_dir() or not any((init / "checkpoints").iterdir()):
                 train(pretrain_config(pre, steps, batch_size, length), init)
-        result = finetune(finetune_config(init and str(init), mode, scratch, epochs, finetune_length),
+        result = finetune(finetune_config(init and str(init), mode, scratch, epochs, finetune_length, task_encoder),
                           workdir / "finetune" / name)
         params = result["params"]
         trained = sum(x.size for x, t in zip(jax.tree.leaves(params), jax.tree.leaves(trainable_mask(params, mode))) if t)
@@ -119,8 +126,10 @@ def main() -> None:
     p.add_argument("--length", type=int, default=32, help="pretraining row length (WordPieces or words)")
     p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs over the embedded task")
     p.add_argument("--finetune-length", type=int, default=64)
+    p.add_argument("--rows", default=",".join(r[0] for r in ROWS), help="which rows to run, by run name")
     a = p.parse_args()
-    rows = run(pathlib.Path(a.workdir), a.reference_steps, a.batch_size, a.length, a.epochs, a.finetune_length)
+    rows = run(pathlib.Path(a.workdir), a.reference_steps, a.batch_size, a.length, a.epochs, a.finetune_length,
+               tuple(a.rows.split(",")))
     print(table(rows))
 
 

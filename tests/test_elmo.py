@@ -257,7 +257,9 @@ def elmo_run(tmp_path_factory):
     return root
 
 
-def test_classification_from_elmo_features_learns_and_leaves_the_bilm_frozen(tmp_path, elmo_run):
+@pytest.mark.parametrize("task_encoder", ["none", "bilstm_attn"])
+def test_classification_from_elmo_features_learns_and_leaves_the_bilm_frozen(tmp_path, elmo_run, task_encoder):
+    """The mix and a linear head, or GLUE's BiLSTM+ELMo+Attn task model (`models/task_encoders.py`)."""
     from bertology.train.checkpoint import load_params
     from bertology.train.finetune import default_config, finetune
 
@@ -267,9 +269,12 @@ def test_classification_from_elmo_features_learns_and_leaves_the_bilm_frozen(tmp
              log_every=1)
     c.data.dir = str(_two_topic_sst2(tmp_path / "data", run_config["data"]["vocab"]))
     c.data.max_seq_length = 12
-    c.optimizer.learning_rate = 0.1  # only the head and the mix train, over small mean-pooled vectors
+    # only the head and the mix train, over small mean-pooled vectors; the LSTMs take a smaller step
+    c.optimizer.learning_rate = 0.1 if task_encoder == "none" else 0.03
+    c.task_encoder.update(name=task_encoder, hidden_size=16, classifier_hidden_size=16)
     c.mesh.shape = (1, 1)
     result = finetune(c, tmp_path / "run")
+    assert ("task_encoder" in result["params"]) == (task_encoder != "none")
     losses = result["train_loss"]
     assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.1, losses
     assert result["scores"]["accuracy"] > 80

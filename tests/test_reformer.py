@@ -74,10 +74,10 @@ def hf_outputs(model, batch):
     return {"logits": o.logits.numpy(), **{f"hidden_{i}": h[:, :length].numpy() for i, h in enumerate(o.hidden_states)}}
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def our_outputs(cfg, s, params, batch, rotations):
+@functools.partial(jax.jit, static_argnums=(0,))
+def our_outputs(cfg, params, batch, rotations):
     """The model's logits and the trunk's hidden states, in one jitted call."""
-    out, state = reformer.Model(cfg, s).apply({"params": params}, batch, rotations=rotations,
+    out, state = reformer.Model(cfg).apply({"params": params}, batch, rotations=rotations,
                                               capture_intermediates=lambda m, _: isinstance(m, reformer.Reformer))
     layers = state["intermediates"]["reformer"]["__call__"][0]["layers"]
     return {"logits": next(iter(out.values())), **{f"hidden_{i}": h for i, h in enumerate(layers)}}
@@ -107,7 +107,7 @@ def imported(request, tmp_path_factory):
 def test_import_matches_transformers(imported):
     kind, hf, reference, batch, params, block, _ = imported
     cfg = models.encoder_config(block)
-    s = reformer.settings(block, cfg)
+    s = cfg.reformer
     assert (s.is_decoder, s.attn_layers, s.num_hashes, s.axial_pos_embds, cfg.activation) == (
         (True, ("lsh", "local", "lsh"), 2, True, "gelu") if kind == "causal" else
         (False, ("lsh", "local", "lsh"), 2, False, "relu"))
@@ -117,10 +117,10 @@ def test_import_matches_transformers(imported):
     assert s.padded_length(batch["input_ids"].shape[1]) == 32
     r = rotations(num_buckets=s.num_buckets)
     # the causal LM gives `logits` at every position, the masked LM `mlm_logits` at the masked ones
-    shapes = jax.eval_shape(lambda: reformer.Model(cfg, s).apply({"params": params}, batch, rotations=r))
+    shapes = jax.eval_shape(lambda: reformer.Model(cfg).apply({"params": params}, batch, rotations=r))
     name = "logits" if kind == "causal" else "mlm_logits"
     assert {k: v.shape for k, v in shapes.items()} == {name: (*batch["input_ids"].shape, V)}
-    diffs = helpers.max_diff(our_outputs(cfg, s, params, batch, r), reference, batch["input_mask"])
+    diffs = helpers.max_diff(our_outputs(cfg, params, batch, r), reference, batch["input_mask"])
     print(f"\nreformer {kind} max abs diff vs transformers: {max(diffs.values()):.2e} ({len(diffs)} outputs; logits "
           f"{diffs['logits']:.2e}, scale {np.abs(reference['logits']).max():.1f})")
     assert len(diffs) == 1 + len(SMALL["attn_layers"]) + 1
@@ -131,7 +131,8 @@ def test_import_matches_transformers(imported):
     # rotations), or LSH chunks that see no chunk before them, are far off.
     for name, wrong_s, wrong_r in (("one hashing round", s, r[:, :, :1]),
                                    ("no chunk before", dataclasses.replace(s, lsh_num_chunks_before=0), r)):
-        wrong = helpers.max_diff(our_outputs(cfg, wrong_s, params, batch, wrong_r), reference, batch["input_mask"])
+        wrong = helpers.max_diff(our_outputs(dataclasses.replace(cfg, reformer=wrong_s), params, batch, wrong_r),
+                                 reference, batch["input_mask"])
         print(f"the same tensors, {name}: logits {wrong['logits']:.2e}")
         assert wrong["logits"] > 1e-2, (name, wrong)
 
@@ -214,17 +215,16 @@ def test_reversible_gradients_equal_autodiff(monkeypatch):
                    local_attn_chunk_length=8, num_buckets=4, chunk_size_feed_forward=8, dropout_rate=0.0,
                    attention_dropout_rate=0.0, lsh_attention_dropout_rate=0.1)
     cfg = models.encoder_config(c.model)
-    s = reformer.settings(c.model, cfg)
     batch = make_batch(32, (32, 27))
     targets = np.roll(batch["input_ids"], -1, axis=1)
 
-    shapes = jax.eval_shape(lambda: nn.meta.unbox(reformer.Model(cfg, s).init(jax.random.key(0), batch)["params"]))
+    shapes = jax.eval_shape(lambda: nn.meta.unbox(reformer.Model(cfg).init(jax.random.key(0), batch)["params"]))
     stack = reversible.stack
     rng = np.random.default_rng(0)
     params = jax.tree.map(lambda x: rng.normal(0.0, 0.2, x.shape).astype(np.float32), shapes)
 
     def loss(reversible_):
-        model = reformer.Model(cfg, s, reversible=reversible_)
+        model = reformer.Model(cfg, reversible=reversible_)
 
         def value(p):
             logits = model.apply({"params": p}, batch, deterministic=False, rngs={"dropout": jax.random.key(1)})["logits"]
@@ -435,14 +435,14 @@ def test_the_fine_tuning_trunk_is_the_pretrained_one_read_at_the_first_token(tmp
     assert jax.tree.structure(params["encoder"]) == jax.tree.structure(reformer.trunk(pretrained))
 
     cfg = models.encoder_config(c.model)
-    trunk = reformer.Reformer(cfg, cfg.reformer)
+    trunk = reformer.Reformer(cfg)
     state = jax.jit(trunk.apply)({"params": params["encoder"]}, example)["sequence"][:, 0]
     head = params["head"]
     np.testing.assert_allclose(jax.jit(job.model.apply)({"params": params}, example)["logits"],
                                state @ head["kernel"] + head["bias"], rtol=1e-5, atol=1e-5)
 
     def grads(reversible):
-        network = reformer.TaskTrunk(cfg, cfg.reformer, reversible)
+        network = reformer.TaskTrunk(cfg, reversible)
         weights = jax.random.normal(jax.random.key(1), (2 * cfg.hidden_size,))
         return jax.jit(jax.grad(lambda p: jnp.sum(network.apply({"params": p}, example, deterministic=False,
                                                                 rngs={"dropout": jax.random.key(2)})["pooled"] @ weights)))(

@@ -33,6 +33,7 @@ import numpy as np
 
 from bertology import models
 from bertology.errors import UserError
+from bertology.models import task_encoders
 from bertology.models.pals import PALSettings, ProjectedAttention
 from bertology.models.transformer import Encoder, TransformerConfig, dense, ones, zeros
 from bertology.objectives import token_nll
@@ -108,20 +109,27 @@ def task_rows(batch: dict[str, Array], kind: kinds.Kind) -> tuple[dict[str, Arra
     return inputs, choices, readings
 
 
-def read_out(cfg: Any, kind: kinds.Kind, width: int, out: dict[str, Any], mask: Array, *, frozen: bool,
+def read_out(cfg: Any, kind: kinds.Kind, width: int, out: dict[str, Any], inputs: dict[str, Array], *, frozen: bool,
              choices: int | None, readings: int | None, deterministic: bool, dropout_rate: float | None = None,
-             suffix: str = "") -> dict[str, Array]:
-    """A head of `kind` and `width` outputs on the trunk's `out` (called inside a module: its
-    parameters are that module's `head{suffix}`, and `mix{suffix}` for a frozen trunk, whose
-    layers it mixes). `dropout_rate` before the head; None: the trunk's."""
+             suffix: str = "", encoder: task_encoders.Settings | None = None) -> dict[str, Array]:
+    """A head of `kind` and `width` outputs on the trunk's `out` for its `inputs` (called inside a
+    module: its parameters are that module's `head{suffix}`, `mix{suffix}` for a frozen trunk,
+    whose layers it mixes, and `task_encoder{suffix}` with an `encoder` between trunk and head).
+    `dropout_rate` before the head; None: the trunk's."""
     # the heads' layers: a trunk that is not a Transformer gives them BERT's initialisation
     head_cfg = (cfg if isinstance(cfg, TransformerConfig)
                 else TransformerConfig(vocab_size=cfg.vocab_size, dropout_rate=cfg.dropout_rate))
+    mask = inputs["input_mask"]
     if frozen:
         sequence = ScalarMix(name=f"mix{suffix}")([jax.lax.stop_gradient(x) for x in out["layers"]])
         pooled = masked_mean(sequence, mask)
     else:
         sequence, pooled = out["sequence"], out["pooled"]
+    if encoder is not None:
+        read = task_encoders.TaskEncoder(encoder, name=f"task_encoder{suffix}")(
+            sequence, mask, inputs.get("segment_ids", jnp.zeros_like(mask)), per_token=kind.per_token,
+            deterministic=deterministic)
+        sequence, pooled = (read, pooled) if kind.per_token else (sequence, read)
     if readings:  # only the pooled kinds' rows have them (`kinds._pairs`)
         pooled = pooled.reshape(-1, readings, pooled.shape[-1]).sum(axis=1)
     x = sequence if kind.per_token else pooled
@@ -144,6 +152,7 @@ class TaskModel(nn.Module):
     num_labels: int  # the head's width: `kinds.of(task.kind).width(task)`
     mode: str = "full"
     family: str | None = None  # the family whose `task_trunk` builds the trunk; None: the shared Encoder
+    task_encoder: task_encoders.Settings | None = None  # a BiLSTM task model under the head (`task_encoders`)
 
     @nn.compact
     def __call__(self, batch: dict[str, Array], *, deterministic: bool = True,
@@ -158,8 +167,8 @@ class TaskModel(nn.Module):
         mask = inputs["input_mask"]
         network = trunk(self.cfg, self.family)
         out = network(inputs, deterministic=deterministic or frozen)
-        outputs = read_out(self.cfg, kind, self.num_labels, out, mask, frozen=frozen, choices=choices,
-                           readings=readings, deterministic=deterministic)
+        outputs = read_out(self.cfg, kind, self.num_labels, out, inputs, frozen=frozen, choices=choices,
+                           readings=readings, deterministic=deterministic, encoder=self.task_encoder)
         if language_model:
             check_language_model(network, self.family)
             next_logits = self.cfg.real_logits(network.attend(out["sequence"][:, :-1]).astype(jnp.float32))
@@ -235,7 +244,7 @@ class MultiTaskModel(nn.Module):
             outs = {task.name: network(inputs, deterministic=deterministic or frozen,
                                        parallel=ProjectedAttention(self.cfg, self.pals, name=f"pals_{task.name}"))
                     for task in running}
-        outputs = {task.name: read_out(self.cfg, kinds.of(task.kind), task.width, outs[task.name], inputs["input_mask"],
+        outputs = {task.name: read_out(self.cfg, kinds.of(task.kind), task.width, outs[task.name], inputs,
                                        frozen=frozen, choices=choices, readings=readings, deterministic=deterministic,
                                        dropout_rate=task.dropout, suffix=f"_{task.name}")
                    for task in running}

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import flax.linen as nn
 import flax.struct
@@ -256,6 +256,14 @@ class TransformerConfig:
         if self.activation == "relu":
             return nn.relu(x)
         return gelu(x) if self.activation in ("gelu", "geglu") else nn.gelu(x, approximate=True)
+
+
+Extended = TypeVar("Extended", bound=TransformerConfig)
+
+
+def extend(cfg: TransformerConfig, cls: type[Extended], **fields: Any) -> Extended:
+    """`cfg` as `cls`, a family's subclass of TransformerConfig, with the subclass's own `fields` set."""
+    return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(TransformerConfig)}, **fields)
 
 
 def init(cfg: TransformerConfig, names: tuple[str | None, ...], scale: float = 1.0,

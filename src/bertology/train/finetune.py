@@ -41,7 +41,7 @@ from bertology.errors import UserError
 from bertology.evaluation import outputs
 from bertology.files import atomic_write
 from bertology.generation import decoder_start_id, frame_source, generate
-from bertology.models import layout
+from bertology.models import layout, task_encoders
 from bertology.models.decoding import decoding_of, require
 from bertology.models.presets import bert_preset
 from bertology.models.tasks import INPUTS, MODES, TaskModel, check_fine_tunable, check_language_model, check_length
@@ -112,6 +112,10 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     # ULMFiT's gradual unfreezing: the top layer group (task head) trains alone, then one more group, top down,
     # every this many epochs (Howard & Ruder 2018: 1); 0: every layer trains from the start
     c.unfreeze_every_epochs = 0.0
+    # A BiLSTM task model between the trunk and the head (`models/task_encoders.py`): GLUE's baselines (Wang et
+    # al. 2018) over ELMo's scalar mix, with mode=features. name: none | bilstm | bilstm_attn
+    c.task_encoder = ml_collections.ConfigDict(dict(name="none", hidden_size=256, num_layers=1,
+                                                    classifier_hidden_size=256, dropout_rate=0.0))
     c.mesh = sharding.mesh_config()
     # Smaller models (module docstring): distillation from a fine-tuned teacher, int8 QAT, pruning.
     # GPT's auxiliary language-modelling loss during fine-tuning, L = L_task + lm_weight · L_LM (Radford et al.
@@ -419,7 +423,11 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
     n_train = len(train_arrays["input_ids"])
     total, opt_cfg = steps_and_optimizer(config, n_train)
     plan = prune_plan(config, total)
-    model = task_model(trunk.cfg, trunk.family, task, config.mode, config.quantize, config.grad_accum_steps)
+    encoder = task_encoders.settings(config.task_encoder)
+    if encoder is not None and getattr(trunk.cfg, "type_vocab_size", None) == 1 and not kinds.of(task.kind).per_token:
+        raise UserError(f"task_encoder {config.task_encoder.name} tells a pair's sentences apart by their segment ids, "
+                        "which a trunk with one segment embedding (RoBERTa's) reads as zeros; set task_encoder.name=none")
+    model = task_model(trunk.cfg, trunk.family, task, config.mode, config.quantize, config.grad_accum_steps, encoder)
     teacher = task_teacher(config, task)
     if config.lm_weight:
         check_language_model(trunk_network(trunk.cfg, trunk.family), trunk.family)
@@ -465,10 +473,14 @@ def steps_and_optimizer(config: ml_collections.ConfigDict, n_train: int) -> tupl
 
 
 def task_model(cfg: Any, family: str, task: tasks.Task, mode: str, quantize: str,
-               grad_accum_steps: int = 1) -> TaskModel:
-    """The fine-tuning network of a `family` trunk: a `TaskModel`, quantization-aware for `quantize="int8"`."""
+               grad_accum_steps: int = 1, encoder: task_encoders.Settings | None = None) -> TaskModel:
+    """The fine-tuning network of a `family` trunk (with a task `encoder` under its head, if any): a
+    `TaskModel`, quantization-aware for `quantize="int8"`."""
     if quantize == "none":
-        return TaskModel(cfg, task.kind, kinds.of(task.kind).width(task), mode, family)
+        return TaskModel(cfg, task.kind, kinds.of(task.kind).width(task), mode, family, encoder)
+    if encoder is not None:
+        raise UserError("quantize='int8' quantizes the trunk's and head's dense layers, not a task encoder's LSTMs; "
+                        "set task_encoder.name=none or quantize=none")
     if quantize != "int8":
         raise UserError(f"quantize={quantize!r} is unknown; use 'none' or 'int8'")
     if grad_accum_steps != 1:
@@ -490,7 +502,8 @@ def task_teacher(config: ml_collections.ConfigDict, task: tasks.Task) -> Teacher
     cfg, _, _, _, family, _ = _encoder(teacher_config)
     if teacher_config.mode == "adapters":
         cfg = dataclasses.replace(cfg, adapter_size=teacher_config.adapter_size)
-    model = task_model(cfg, family, task, teacher_config.mode, teacher_config.get("quantize", "none"))
+    encoder = task_encoders.settings(teacher_config.task_encoder) if "task_encoder" in teacher_config else None
+    model = task_model(cfg, family, task, teacher_config.mode, teacher_config.get("quantize", "none"), 1, encoder)
     return Teacher(model, params, teacher_config.to_dict(), pathlib.Path(config.teacher_checkpoint))
 
 

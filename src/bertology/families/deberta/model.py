@@ -49,7 +49,7 @@ from bertology.errors import UserError
 from bertology.families.electra import model as electra_model
 from bertology.families.roberta import model as roberta
 from bertology.models import Family, ModelConfig, encoder_config, fixed_architecture, flops
-from bertology.models.transformer import Dropout, ScoreTerms, TransformerConfig, embedding_init, layer_norm
+from bertology.models.transformer import Dropout, ScoreTerms, TransformerConfig, embedding_init, extend, layer_norm
 from bertology.models.transformer import Encoder as CoreEncoder
 
 Array = jax.Array
@@ -176,7 +176,7 @@ def config(model_config: ModelConfig) -> Config:
     extra = {k: v for k, v in extra.items() if v is not None and k in RELATIVE_KEYS}
     cfg = fixed_architecture(block, ARCHITECTURE, "DeBERTa-v3", "(post-LN, relative attention only: no position "
                              "table, segments or pooler)")
-    return Config(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(TransformerConfig)}, **extra)
+    return extend(cfg, Config, **extra)
 
 
 def pretraining(model_config: ModelConfig) -> str:

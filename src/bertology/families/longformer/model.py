@@ -49,6 +49,7 @@ from bertology.models.transformer import (
     HeadsDense,
     TransformerConfig,
     dense,
+    extend,
     gather_positions,
     inputs,
     layer_norm,
@@ -103,8 +104,7 @@ def config(model_config: ModelConfig) -> Config:
     given = block.get("attention_window")
     windows = (512,) if given is None else (given,) if isinstance(given, int) else tuple(given)
     slots = block.get("max_global_tokens")
-    core = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TransformerConfig)}
-    return Config(**core, attention_window=tuple(int(w) for w in windows),
+    return extend(cfg, Config, attention_window=tuple(int(w) for w in windows),
                   max_global_tokens=Config.max_global_tokens if slots is None else int(slots))
 
 

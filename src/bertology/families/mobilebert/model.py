@@ -52,6 +52,7 @@ from bertology.models.transformer import (
     Mask,
     TransformerConfig,
     dense,
+    extend,
     gather_positions,
     init,
     inputs,
@@ -341,8 +342,7 @@ def config(model_config: ml_collections.ConfigDict | dict) -> Config:
     if cfg.embed_dim > cfg.hidden_size:
         raise UserError(f"model.embedding_size={cfg.embed_dim} exceeds hidden_size={cfg.hidden_size}; MobileBERT's "
                         "output layer needs embedding_size <= hidden_size")
-    core = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TransformerConfig)}
-    return Config(**core, bottleneck=settings(model_config))
+    return extend(cfg, Config, bottleneck=settings(model_config))
 
 
 def build(model_config: ml_collections.ConfigDict | dict) -> Model:

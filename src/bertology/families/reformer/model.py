@@ -80,6 +80,7 @@ from bertology.models.transformer import (
     TransformerConfig,
     dense,
     embedding_init,
+    extend,
     gather_positions,
     init,
     inputs,
@@ -242,20 +243,18 @@ def config(model_config: ModelConfig) -> Config:
     block = {k: v for k, v in dict(model_config).items() if k not in EXTRA_KEYS}
     cfg = fixed_architecture(block, ARCHITECTURE, "Reformer", "(pre-LN reversible layers over learned or axial "
                              "positions, no segments, pooler or embedding norm)")
-    core = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TransformerConfig)}
-    return Config(**core, reformer=settings(model_config, cfg))
+    return extend(cfg, Config, reformer=settings(model_config, cfg))
 
 
 class Embeddings(nn.Module):
     """Token embeddings with dropout plus axial (or learned) position embeddings, HF's
     `ReformerEmbeddings`."""
 
-    cfg: TransformerConfig
-    s: Settings
+    cfg: Config
 
     @nn.compact
     def __call__(self, ids: Array, positions: Array, deterministic: bool) -> Array:
-        cfg, s = self.cfg, self.s
+        cfg, s = self.cfg, self.cfg.reformer
         token = nn.Embed(cfg.padded_vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype,
                          embedding_init=embedding_init(cfg, ("vocab", "embed")), name="token")
         x = Dropout(cfg.dropout_rate)(token(ids), deterministic=deterministic)
@@ -288,15 +287,14 @@ class SelfAttention(nn.Module):
     output projection without bias, dropout (HF's `ReformerAttention`). Returns (output, the LSH
     buckets or None)."""
 
-    cfg: TransformerConfig
-    s: Settings
+    cfg: Config
     kind: str
     layer: int
 
     @nn.compact
     def __call__(self, x: Array, keys: Array, documents: Array | None, rotations: Array | None,
                  buckets: Array | None, deterministic: bool) -> tuple[Array, Array | None]:
-        cfg, s = self.cfg, self.s
+        cfg, s = self.cfg, self.cfg.reformer
         plain = dataclasses.replace(cfg, use_bias=False)
         h = layer_norm(cfg, "norm")(x)
         before, after = s.window(self.kind)
@@ -379,21 +377,20 @@ class Reformer(nn.Module):
     Returns `sequence` [batch, length, 2H] and, in evaluation, `layers`: the x2 stream before
     each layer and after the last (HF's `hidden_states`), at the row's own length."""
 
-    cfg: TransformerConfig
-    s: Settings
+    cfg: Config
     reversible: bool = True
 
     def setup(self):
-        cfg, s = self.cfg, self.s
-        self.embeddings = Embeddings(cfg, s, name="embeddings")
-        self.attention = [SelfAttention(cfg, s, kind, i, name=f"attention_{i}") for i, kind in enumerate(s.attn_layers)]
+        cfg, s = self.cfg, self.cfg.reformer
+        self.embeddings = Embeddings(cfg, name="embeddings")
+        self.attention = [SelfAttention(cfg, kind, i, name=f"attention_{i}") for i, kind in enumerate(s.attn_layers)]
         self.ffn = [FeedForward(cfg, name=f"ffn_{i}") for i in range(cfg.num_layers)]
         self.final_norm = layer_norm(cfg, "final_norm")
         self.dropout = Dropout(cfg.dropout_rate)
 
     def __call__(self, batch: dict[str, Array], *, deterministic: bool = True,
                  rotations: Array | None = None) -> dict[str, Any]:
-        cfg, s = self.cfg, self.s
+        cfg, s = self.cfg, self.cfg.reformer
         ids, _, positions = inputs(batch)
         length = ids.shape[1]
         keys = batch["input_mask"] > 0 if "input_mask" in batch else jnp.ones(ids.shape, bool)
@@ -419,7 +416,7 @@ class Reformer(nn.Module):
                 x2 = x2 + self.ffn[i](x1, deterministic)
             y1, y2, states = x1, x2, list[Array]()
         else:
-            layers = tuple((_attention_block(SelfAttention(cfg, s, kind, i, parent=None), deterministic),
+            layers = tuple((_attention_block(SelfAttention(cfg, kind, i, parent=None), deterministic),
                             _ffn_block(FeedForward(cfg, parent=None), s.chunk_size_feed_forward, deterministic))
                            for i, kind in enumerate(s.attn_layers))
             params = self.variables["params"]
@@ -436,7 +433,7 @@ class Reformer(nn.Module):
                   deterministic: bool) -> tuple[dict, ...]:
         """Each layer's non-differentiable inputs: the masks, its LSH rotations (given, or None to
         draw them) and, in training, its two blocks' dropout keys."""
-        s = self.s
+        s = self.cfg.reformer
         n = self.cfg.num_layers
         rngs = [None] * (2 * n) if deterministic else list(jax.random.split(self.make_rng("dropout"), 2 * n))
         lsh_index = {i: j for j, i in enumerate(i for i, kind in enumerate(s.attn_layers) if kind == "lsh")}
@@ -456,20 +453,19 @@ class Model(nn.Module):
     otherwise `mlm_logits` [batch, n, vocab] at the batch's `masked_positions` (every position
     when it has none)."""
 
-    cfg: TransformerConfig
-    s: Settings
+    cfg: Config
     reversible: bool = True
 
     def setup(self):
-        self.reformer = Reformer(self.cfg, self.s, self.reversible, name="reformer")
+        self.reformer = Reformer(self.cfg, self.reversible, name="reformer")
         self.lm_head = _Head(self.cfg, name="lm_head")
 
     def __call__(self, batch: dict[str, Array], *, deterministic: bool = True,
                  rotations: Array | None = None) -> dict[str, Array]:
         seq = self.reformer(batch, deterministic=deterministic, rotations=rotations)["sequence"]
-        if not self.s.is_decoder and "masked_positions" in batch:
+        if not self.cfg.reformer.is_decoder and "masked_positions" in batch:
             seq = gather_positions(seq, batch["masked_positions"])
-        return {"logits" if self.s.is_decoder else "mlm_logits": self.lm_head(seq)}
+        return {"logits" if self.cfg.reformer.is_decoder else "mlm_logits": self.lm_head(seq)}
 
 
 class _Head(nn.Module):
@@ -500,12 +496,12 @@ class TaskTrunk(Reformer):
 
 
 def task_trunk(cfg: Config, name: str) -> TaskTrunk:
-    return TaskTrunk(cfg, cfg.reformer, name=name)
+    return TaskTrunk(cfg, name=name)
 
 
 def build(model_config: ModelConfig) -> Model:
     cfg = config(model_config)
-    return Model(cfg, cfg.reformer)
+    return Model(cfg)
 
 
 def trunk(params: dict) -> dict:
