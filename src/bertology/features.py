@@ -57,9 +57,12 @@ def extract(
         tokens = tokens * batch["input_mask"][..., None]
         return tokens, _sentence(tokens, batch["input_mask"], causal)
 
-    out = [(np.asarray(t)[:n], np.asarray(s)[:n])
-           for batch, n in _batches(arrays, batch_size) for t, s in [run(variables, batch)]]
-    return {"tokens": np.concatenate([t for t, _ in out]), "sentence": np.concatenate([s for _, s in out]),
+    tokens, sentence = [], []
+    for batch, n in _batches(arrays, batch_size):
+        t, s = run(variables, batch)
+        tokens.append(np.asarray(t)[:n])
+        sentence.append(np.asarray(s)[:n])
+    return {"tokens": np.concatenate(tokens), "sentence": np.concatenate(sentence),
             "input_ids": arrays["input_ids"], "input_mask": arrays["input_mask"]}
 
 

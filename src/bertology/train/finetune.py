@@ -357,10 +357,16 @@ def task_features(trunk: Trunk, task: tasks.Task,
     if trunk.record.task_inputs is not None:  # what the family's trunk reads beyond the ids (ELMo's characters, ...)
         for f in feats.values():
             f.arrays.update(trunk.record.task_inputs(trunk.cfg, trunk.tokenizer, f.arrays, task.kind))
-    if getattr(trunk.cfg, "type_vocab_size", None) == 1:  # RoBERTa has one segment embedding: pairs are told apart by [SEP] alone
+    if one_segment(trunk.cfg):
         for f in feats.values():
             f.arrays["segment_ids"] = np.zeros_like(f.arrays["segment_ids"])
     return splits, feats
+
+
+def one_segment(cfg: Any) -> bool:
+    """Whether the trunk has one segment embedding (RoBERTa's): its task rows' segment ids are
+    zeroed (`task_features`), and a pair's sentences are told apart by [SEP] alone."""
+    return getattr(cfg, "type_vocab_size", None) == 1
 
 
 def training_rows(feats: dict[str, Features]) -> dict[str, np.ndarray]:
@@ -424,7 +430,7 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
     total, opt_cfg = steps_and_optimizer(config, n_train)
     plan = prune_plan(config, total)
     encoder = task_encoders.settings(config.task_encoder)
-    if encoder is not None and getattr(trunk.cfg, "type_vocab_size", None) == 1 and not kinds.of(task.kind).per_token:
+    if encoder is not None and one_segment(trunk.cfg) and not kinds.of(task.kind).per_token:
         raise UserError(f"task_encoder {config.task_encoder.name} tells a pair's sentences apart by their segment ids, "
                         "which a trunk with one segment embedding (RoBERTa's) reads as zeros; set task_encoder.name=none")
     model = task_model(trunk.cfg, trunk.family, task, config.mode, config.quantize, config.grad_accum_steps, encoder)
