@@ -152,12 +152,11 @@ def test_tiny_bart_t5_and_unilm_learn_the_embedded_task(arg, tmp_path):
     config = helpers.config("finetune/seq2seq", arg)
     config.update(total_steps=30, log_every=5, batch_size=16, eval_examples=7, eval_batch_size=4)
     config.mesh.shape = (1, 1)  # what is checked needs no sharding; 8 simulated devices on 2 cores cost compile and run time
-    config.data.cache_dir = str(tmp_path / "cache")
     config.generation.max_new_tokens = 12
     results = finetune(config, tmp_path / "run")
     losses = results["train_loss"]
     assert len(losses) == 6 and losses[-1] < losses[0] - 0.5
-    examples = tasks.get("seq2seq_embedded").load(None, config.data.cache_dir, log=lambda _: None)["validation"][:7]
+    examples = tasks.get("seq2seq_embedded").load(None, log=lambda _: None)["validation"][:7]
     predictions = (tmp_path / "run" / "predictions_validation.txt").read_text().splitlines()
     assert predictions == [p.replace("\n", " ") for p in results["predictions"]["validation"]]
     expected = metrics.score(results["predictions"]["validation"], [e["target"] for e in examples])
