@@ -59,7 +59,7 @@ def test_gpt_batch_makes_our_loss_hugging_faces_shifted_loss_on_the_same_shapes(
     config = train_step.recipe_config("gpt", "tiny", 128, "float32", "none")
     batch = train_step_gpt.causal_batch(128, 3, 16, seed=1)
     model = models.build(config.model)
-    params = nn.meta.unbox(param_init(model, batch)(jax.random.key(0)))
+    params = nn.meta.unbox(jax.jit(param_init(model, batch))(jax.random.key(0)))
     ours, _ = objectives.get(config.objective)(params, batch, None, model)
     logits = model.apply({"params": params}, batch)["logits"]
     assert float(ours) == pytest.approx(float(reference.shifted_cross_entropy(logits, batch["input_ids"])), rel=1e-5)
@@ -100,7 +100,7 @@ def test_seq2seq_reference_is_the_same_network_with_the_same_loss(recipe, tmp_pa
     batch = train_step_seq2seq.seq2seq_batch(96, 4, 12, 7, train_step_seq2seq.START[recipe], seed=1)
     assert batch["input_mask"][3].sum() == 6 and batch["target_weights"][3].sum() == 3  # padding in both inputs
     model = models.build(config.model)
-    params = nn.meta.unbox(param_init(model, batch)(jax.random.key(0)))
+    params = nn.meta.unbox(jax.jit(param_init(model, batch))(jax.random.key(0)))
     hf, hf_params = reference.hf_seq2seq_model(dict(config.model))
     sizes = [sum(x.size for x in jax.tree.leaves(p)) for p in (params, hf_params)]
     assert sizes[0] == sizes[1]

@@ -64,15 +64,15 @@ def test_char_cnn_shapes_and_padding_words():
     chars = np.stack([words.word_char_ids(w, 10) for w in ["<S>", "open", "the", "file", "</S>"]])[None]
     chars = np.concatenate([chars, np.zeros((1, 2, 10), np.int32)], axis=1)  # two padding words
     cnn = elmo.CharCNN(TINY)
-    params = cnn.init(jax.random.PRNGKey(0), chars)["params"]
+    params = jax.jit(cnn.init)(jax.random.PRNGKey(0), chars)["params"]
     assert params["char_embed"].shape == (261, 16)  # bilm-tf's file rows: ids 1..261
     assert params["W_cnn_2"].shape == (3, 16, 8) and params["W_proj"].shape == (18, 8)
-    out = cnn.apply({"params": params}, chars)
+    out = jax.jit(cnn.apply)({"params": params}, chars)
     assert out.shape == (1, 7, 8)
     # A padding word reads only zero embeddings: its vector is the same whatever row 0 of the table holds.
     moved = jax.tree.map(lambda x: x, params)
     moved["char_embed"] = params["char_embed"].at[0].set(100.0)
-    np.testing.assert_array_equal(cnn.apply({"params": moved}, chars)[0, 5:], out[0, 5:])
+    np.testing.assert_array_equal(jax.jit(cnn.apply)({"params": moved}, chars)[0, 5:], out[0, 5:])
 
 
 def _batch(ids, packing_ids):
@@ -85,19 +85,19 @@ def test_directions_see_only_their_side_and_pieces_stay_apart():
     ids = rng.integers(1, TINY.vocab_size, size=(2, 9))
     packing_ids = np.array([[1] * 5 + [2] * 4, [1] * 7 + [0] * 2])
     model = elmo.Model(TINY)
-    params = model.init(jax.random.PRNGKey(0), _batch(ids, packing_ids))["params"]
-    base = model.apply({"params": params}, _batch(ids, packing_ids))
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), _batch(ids, packing_ids))["params"]
+    base = jax.jit(model.apply)({"params": params}, _batch(ids, packing_ids))
     t = 2
     changed = ids.copy()
     changed[:, t] = (changed[:, t] + 1) % TINY.vocab_size
-    out = model.apply({"params": params}, _batch(changed, packing_ids))
+    out = jax.jit(model.apply)({"params": params}, _batch(changed, packing_ids))
     fwd_moved = np.abs(out["forward_logits"] - base["forward_logits"]).max(-1) > 0
     bwd_moved = np.abs(out["backward_logits"] - base["backward_logits"]).max(-1) > 0
     # forward at s reads words <= s of its piece; backward at s reads words >= s of its piece.
     np.testing.assert_array_equal(fwd_moved[0], [False, False, True, True, True, False, False, False, False])
     np.testing.assert_array_equal(bwd_moved[0], [True, True, True, False, False, False, False, False, False])
     # a piece equals itself alone: row 0's second piece is encoded as if it started the row
-    alone = model.apply({"params": params}, _batch(ids[:1, 5:], np.ones((1, 4), np.int64)))
+    alone = jax.jit(model.apply)({"params": params}, _batch(ids[:1, 5:], np.ones((1, 4), np.int64)))
     np.testing.assert_allclose(alone["forward_logits"][0], base["forward_logits"][0, 5:], atol=1e-5)
     np.testing.assert_allclose(alone["backward_logits"][0], base["backward_logits"][0, 5:], atol=1e-5)
     assert [x.shape for x in base["layers"]] == [(2, 9, 16)] * 3
@@ -143,7 +143,7 @@ def test_stateful_segments_equal_one_long_scan():
     model = elmo.Model(TINY)
     zero = jax.tree.map(jnp.asarray, elmo.initial_carry(dict(family="elmo", **TINY.__dict__), lanes_))
     whole = {"char_ids": table[ids], "backward_char_ids": table[back], "carry": zero}
-    params = model.init(jax.random.PRNGKey(0), whole)["params"]
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), whole)["params"]
     apply = jax.jit(lambda b: model.apply({"params": params}, b))
     ref = apply(whole)
     carry, fwd, bwd = zero, [], []
@@ -193,7 +193,7 @@ def test_hdf5_round_trip_and_reference_names(tmp_path):
 
     model = elmo.Model(TINY)
     ids = np.ones((1, 3), np.int64)
-    params = jax.device_get(model.init(jax.random.PRNGKey(3), _batch(ids, ids))["params"])
+    params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(3), _batch(ids, ids))["params"])
     hdf5.write(tmp_path, TINY, elmo.trunk(params))
     with h5py.File(tmp_path / "weights.hdf5") as f:
         names = set()
@@ -329,15 +329,15 @@ def test_elmo_features_feed_every_head_and_only_the_mix_and_head_learn(kind, lab
     batch = {"input_ids": rng.integers(1, TINY.vocab_size, (2, 6)).astype(np.int32), "input_mask": mask,
              "char_ids": rng.integers(1, 262, (2, 6, TINY.max_characters_per_token)).astype(np.int32)}
     model = TaskModel(TINY, kind, labels, mode="features", family="elmo")
-    params = model.init(jax.random.key(0), batch)["params"]
-    out = model.apply({"params": params}, batch)
+    params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
+    out = jax.jit(model.apply)({"params": params}, batch)
     if kind == "qa":
         assert out["start_logits"].shape == out["end_logits"].shape == (2, 6)
     else:
         assert out["logits"].shape == ((2, 6, labels) if kind == "token" else (2, labels))
 
     def loss(p):
-        o = model.apply({"params": p}, batch)
+        o = jax.jit(model.apply)({"params": p}, batch)
         return sum(jnp.sum(jnp.sin(v)) for v in o.values())
 
     grads = jax.grad(loss)(params)

@@ -65,17 +65,21 @@ def numpy_bert(p, cfg, batch):
     return x, mlm, nsp
 
 
+def _perturbed(params, key):
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(key, len(leaves))
+    return jax.tree.unflatten(tree, [l + 0.1 * jax.random.normal(k, l.shape) for l, k in zip(leaves, keys)])
+
+
 def test_bert_matches_numpy_reference():
     cfg = TransformerConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                         max_position_embeddings=L)
     batch = _batch(np.random.default_rng(0))
     model = bert.Model(cfg)
-    params = nn.meta.unbox(model.init(jax.random.key(1), batch)["params"])
+    params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(1), batch)["params"])
     # Give biases and LayerNorm parameters non-trivial values, so they are exercised too.
-    leaves, tree = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.key(2), len(leaves))
-    params = jax.tree.unflatten(tree, [l + 0.1 * jax.random.normal(k, l.shape) for l, k in zip(leaves, keys)])
-    out = model.apply({"params": params}, batch)
+    params = jax.jit(_perturbed)(params, jax.random.key(2))
+    out = jax.jit(model.apply)({"params": params}, batch)
     _, mlm, nsp = numpy_bert(params, cfg, batch)
     np.testing.assert_allclose(out["mlm_logits"], mlm, atol=2e-4, rtol=1e-4)
     np.testing.assert_allclose(out["nsp_logits"], nsp, atol=2e-4, rtol=1e-4)
@@ -86,10 +90,11 @@ def test_padding_does_not_leak_into_real_positions():
                         max_position_embeddings=L)
     batch = _batch(np.random.default_rng(3))
     model = bert.Model(cfg)
-    params = model.init(jax.random.key(0), batch)["params"]
+    params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
     other = dict(batch, input_ids=np.where(batch["input_mask"] > 0, batch["input_ids"], 7))
-    a = model.apply({"params": params}, batch)
-    b = model.apply({"params": params}, other)
+    apply = jax.jit(model.apply)
+    a = apply({"params": params}, batch)
+    b = apply({"params": params}, other)
     np.testing.assert_allclose(a["mlm_logits"], b["mlm_logits"], atol=1e-5)
     np.testing.assert_allclose(a["nsp_logits"], b["nsp_logits"], atol=1e-5)
 
@@ -130,10 +135,10 @@ def test_bfloat16_compute_keeps_float32_params_and_close_outputs():
     kw = dict(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=L)
     batch = _batch(np.random.default_rng(0))
     f32, bf16 = bert.Model(TransformerConfig(**kw)), bert.Model(TransformerConfig(dtype="bfloat16", **kw))
-    params = f32.init(jax.random.key(0), batch)["params"]
-    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(bf16.init(jax.random.key(0), batch)["params"]))
-    a = f32.apply({"params": params}, batch)["mlm_logits"]
-    b = bf16.apply({"params": params}, batch)["mlm_logits"]
+    params = jax.jit(f32.init)(jax.random.key(0), batch)["params"]
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(jax.jit(bf16.init)(jax.random.key(0), batch)["params"]))
+    a = jax.jit(f32.apply)({"params": params}, batch)["mlm_logits"]
+    b = jax.jit(bf16.apply)({"params": params}, batch)["mlm_logits"]
     assert b.dtype == jnp.float32
     assert 0 < float(jnp.max(jnp.abs(a - b))) < 0.1
 
@@ -167,7 +172,7 @@ def test_last_layer_at_read_positions_equals_gathering_the_full_output(variant):
     encoder = Encoder(cfg, causal=causal)
     inputs = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
     args = ({**inputs, "packing_ids": packing} if packed else inputs,)
-    params = encoder.init(jax.random.key(0), *args)["params"]
+    params = jax.jit(encoder.init)(jax.random.key(0), *args)["params"]
     weights = jax.random.normal(jax.random.key(1), (B, P, cfg.hidden_size))
 
     def read(p, at):
@@ -175,8 +180,9 @@ def test_last_layer_at_read_positions_equals_gathering_the_full_output(variant):
         seq = out["sequence"] if at else gather_positions(out["sequence"], batch["masked_positions"])
         return jnp.sum(seq * weights) + jnp.sum(out["pooled"] ** 2), (seq, out["pooled"])
 
-    (_, (seq, pooled)), grads = jax.value_and_grad(read, has_aux=True)(params, True)
-    (_, (ref_seq, ref_pooled)), ref_grads = jax.value_and_grad(read, has_aux=True)(params, False)
+    value_and_grad = jax.jit(jax.value_and_grad(read, has_aux=True), static_argnums=1)
+    (_, (seq, pooled)), grads = value_and_grad(params, True)
+    (_, (ref_seq, ref_pooled)), ref_grads = value_and_grad(params, False)
     np.testing.assert_allclose(seq, ref_seq, atol=1e-5)
     np.testing.assert_allclose(pooled, ref_pooled, atol=1e-5)
     for g, ref in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):  # float32 rounding, relative to the scale
@@ -211,8 +217,8 @@ def test_bfloat16_packed_rows_with_padding_stay_finite():
     encoder = Encoder(cfg)
     args = ({"input_ids": batch["input_ids"], "input_mask": batch["input_mask"], "segment_ids": batch["segment_ids"],
              "packing_ids": packing},)
-    params = encoder.init(jax.random.key(0), *args)["params"]
-    out = encoder.apply({"params": params}, *args)
-    grads = jax.grad(lambda p: encoder.apply({"params": p}, *args)["sequence"].astype(jnp.float32).sum())(params)
+    params = jax.jit(encoder.init)(jax.random.key(0), *args)["params"]
+    out = jax.jit(encoder.apply)({"params": params}, *args)
+    grads = jax.jit(jax.grad(lambda p: encoder.apply({"params": p}, *args)["sequence"].astype(jnp.float32).sum()))(params)
     assert np.isfinite(np.asarray(out["sequence"], np.float32)).all()
     assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))

@@ -44,11 +44,11 @@ def tiny(spec: str, **model) -> tuple[ml_collections.ConfigDict, nn.Module]:
 def test_objective_matches_numpy(smoothing):
     c, model = tiny("t5:tiny", vocab_size=50, dropout_rate=0.0, attention_dropout_rate=0.0)
     batch = random_batch(np.random.default_rng(0), 50, 3, 12, 8, start=0)
-    params = model.init(jax.random.key(0), batch)["params"]
+    params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
     objective = objectives.get({"name": "seq2seq", "label_smoothing": smoothing})
-    loss, metrics = objective(params, batch, None, model)
+    loss, metrics = jax.jit(lambda p: objective(p, batch, None, model))(params)
 
-    logits = np.asarray(model.apply({"params": params}, batch)["logits"], np.float64)
+    logits = np.asarray(jax.jit(model.apply)({"params": params}, batch)["logits"], np.float64)
     logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
     nll = -np.take_along_axis(logp, batch["targets"][..., None], -1)[..., 0]
     w = batch["target_weights"]
@@ -63,7 +63,7 @@ def test_objective_matches_numpy(smoothing):
 def test_label_smoothing_out_of_range_is_refused():
     c, model = tiny("bart:tiny", vocab_size=50)
     batch = random_batch(np.random.default_rng(0), 50, 2, 6, 4, start=2)
-    params = model.init(jax.random.key(0), batch)["params"]
+    params = jax.eval_shape(model.init, jax.random.key(0), batch)["params"]  # refused before any compute
     with pytest.raises(UserError, match=r"label_smoothing=1.0 must be in \[0, 1\)"):
         objectives.get({"name": "seq2seq", "label_smoothing": 1.0})(params, batch, None, model)
 
@@ -81,7 +81,7 @@ def test_tiny_configs_build_and_learn(spec, start):
     c.optimizer.update(warmup_steps=1, learning_rate=3e-3)
     tx, lr = optimizer_lib.make(c.optimizer, 1000)
     objective = objectives.get(c.objective)
-    state = state_init(model, tx, batch)(jax.random.key(0))
+    state = jax.jit(state_init(model, tx, batch))(jax.random.key(0))
     state = jax.tree.map(lambda x: x, nn.meta.unbox(state))
     step = jax.jit(make_train_step(model, objective, tx, lr, 1))
     losses = []
@@ -100,11 +100,12 @@ def test_bart_output_bias_is_used_but_never_trained():
     batch = random_batch(np.random.default_rng(2), 40, 2, 8, 6, start=2)
     c.optimizer.update(warmup_steps=1, learning_rate=1e-2, weight_decay=0.1)
     tx, lr = optimizer_lib.make(c.optimizer, 100)
-    state = jax.tree.map(lambda x: x, nn.meta.unbox(state_init(model, tx, batch)(jax.random.key(0))))
+    state = jax.tree.map(lambda x: x, nn.meta.unbox(jax.jit(state_init(model, tx, batch))(jax.random.key(0))))
     bias = np.random.default_rng(3).normal(size=40).astype(np.float32)
     state["params"]["final_logits_bias"] = jnp.asarray(bias)
-    logits = model.apply({"params": state["params"]}, batch)["logits"]
-    unbiased = model.apply({"params": {**state["params"], "final_logits_bias": jnp.zeros(40)}}, batch)["logits"]
+    apply = jax.jit(model.apply)
+    logits = apply({"params": state["params"]}, batch)["logits"]
+    unbiased = apply({"params": {**state["params"], "final_logits_bias": jnp.zeros(40)}}, batch)["logits"]
     np.testing.assert_allclose(logits - unbiased, np.broadcast_to(bias, logits.shape), atol=1e-5)
 
     before = jax.tree.map(np.asarray, state["params"])
@@ -140,13 +141,13 @@ def test_t5_presets_follow_the_papers():
 def test_t5_v1_0_scales_the_tied_output_and_v1_1_does_not():
     _, v10 = tiny("t5:tiny", vocab_size=40)
     batch = random_batch(np.random.default_rng(2), 40, 2, 6, 5, start=0)
-    params = v10.init(jax.random.key(0), batch)["params"]
-    states = v10.apply({"params": params}, batch, method=lambda m, b: super(type(m), m).__call__(b))
+    params = jax.jit(v10.init)(jax.random.key(0), batch)["params"]
+    states = jax.jit(lambda p: v10.apply({"params": p}, batch, method=lambda m, b: super(type(m), m).__call__(b)))(params)
     table = np.asarray(nn.meta.unbox(params)["encoder"]["embeddings"]["token"]["embedding"])
     expected = np.asarray(states) * 128 ** -0.5 @ table.T
-    np.testing.assert_allclose(v10.apply({"params": params}, batch)["logits"], expected, atol=1e-5)
+    np.testing.assert_allclose(jax.jit(v10.apply)({"params": params}, batch)["logits"], expected, atol=1e-5)
     _, v11 = tiny("t5:v1_1_tiny", vocab_size=40)
-    params = nn.meta.unbox(v11.init(jax.random.key(0), batch)["params"])
+    params = nn.meta.unbox(jax.eval_shape(v11.init, jax.random.key(0), batch)["params"])
     assert params["lm_head"]["kernel"].shape == (128, 40) and "bias" not in params["lm_head"]
     assert params["encoder"]["attention_0"]["query"]["kernel"].shape == (128, 2, 64)
 
@@ -158,9 +159,10 @@ def test_mass_decoder_reads_its_positions_and_t5_has_none():
     moved = {**batch, "decoder_positions": np.broadcast_to(np.arange(3, 7), (2, 4)).astype(np.int32)}
     for spec, moves in (("mass:tiny", True), ("t5:tiny", False)):
         _, model = tiny(spec, vocab_size=40)
-        params = model.init(jax.random.key(0), batch)["params"]
-        a = np.asarray(model.apply({"params": params}, batch)["logits"])
-        b = np.asarray(model.apply({"params": params}, moved)["logits"])
+        params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
+        apply = jax.jit(model.apply)
+        a = np.asarray(apply({"params": params}, batch)["logits"])
+        b = np.asarray(apply({"params": params}, moved)["logits"])
         assert (np.abs(a - b).max() > 1e-3) == moves, spec
 
 
@@ -172,7 +174,7 @@ def test_encoder_decoder_flops_match_xla(decoder_layers):
     c, model = tiny("t5:v1_1_tiny", vocab_size=512, num_decoder_layers=decoder_layers)
     c.data.update(max_seq_length=64, max_target_length=16)
     batch = random_batch(np.random.default_rng(4), 512, 2, 64, 16, start=0)
-    params = model.init(jax.random.key(0), batch)["params"]
+    params = jax.eval_shape(model.init, jax.random.key(0), batch)["params"]  # shapes are all lowering needs
     compiled = jax.jit(lambda p, b: model.apply({"params": p}, b)["logits"]).lower(params, batch).compile()
     xla = compiled.cost_analysis()["flops"]
     ours = models.flops_per_token(c) / flops.TRAIN * 2 * 64
@@ -216,7 +218,7 @@ def test_t5_init_is_mesh_tensorflows_fan_in():
     unscaled scores). A BERT-initialised model keeps 0.02 (x 0.88 for the 2-sigma truncation)."""
     _, model = tiny("t5:tiny", vocab_size=3000)
     batch = random_batch(np.random.default_rng(5), 3000, 1, 4, 3, start=0)
-    p = nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])
+    p = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch)["params"])
     enc = p["encoder"]
     stds = {"token": enc["embeddings"]["token"]["embedding"], "query": enc["attention_0"]["query"]["kernel"],
             "key": enc["attention_0"]["key"]["kernel"], "output": enc["attention_0"]["output"]["kernel"],
@@ -225,7 +227,7 @@ def test_t5_init_is_mesh_tensorflows_fan_in():
     for name, w in stds.items():
         assert float(np.std(w)) == pytest.approx(want[name], rel=0.05), name
     _, bert_init = tiny("t5:tiny", vocab_size=3000, init_scheme="bert")
-    q = nn.meta.unbox(bert_init.init(jax.random.key(0), batch)["params"])["encoder"]["attention_0"]["query"]["kernel"]
+    q = nn.meta.unbox(jax.jit(bert_init.init)(jax.random.key(0), batch)["params"])["encoder"]["attention_0"]["query"]["kernel"]
     assert float(np.std(q)) == pytest.approx(0.02 * 0.88, rel=0.05)
 
 
@@ -237,7 +239,7 @@ def test_scanned_encoder_decoder_equals_unscanned(spec, decoder_layers):
     _, model = tiny(spec, **settings)
     _, scanned = tiny(spec, scan_layers=True, **settings)
     batch = random_batch(np.random.default_rng(6), 60, 2, 10, 6, start=0)
-    params = nn.meta.unbox(model.init(jax.random.key(0), batch)["params"])
+    params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch)["params"])
     depth = model.cfg.decoder_layers
     stacked = {**params, "encoder": stack_layers(params["encoder"], 2),
                "decoder": stack_layers(params["decoder"], depth)}
@@ -247,9 +249,9 @@ def test_scanned_encoder_decoder_equals_unscanned(spec, decoder_layers):
         with pytest.raises(ValueError, match=f"num_layers=2, but the stack has {depth} layers"):
             stack_layers(params["decoder"], 2)
     assert jax.tree.map(np.shape, stacked) == jax.tree.map(
-        np.shape, nn.meta.unbox(scanned.init(jax.random.key(0), batch)["params"]))
-    np.testing.assert_allclose(scanned.apply({"params": stacked}, batch)["logits"],
-                               model.apply({"params": params}, batch)["logits"], atol=1e-5)
+        np.shape, nn.meta.unbox(jax.eval_shape(scanned.init, jax.random.key(0), batch)["params"]))
+    np.testing.assert_allclose(jax.jit(scanned.apply)({"params": stacked}, batch)["logits"],
+                               jax.jit(model.apply)({"params": params}, batch)["logits"], atol=1e-5)
 
 
 def test_a_decoder_without_layers_is_refused():
@@ -260,7 +262,7 @@ def test_a_decoder_without_layers_is_refused():
 def test_a_batch_without_its_source_is_refused_outside_decoding():
     _, model = tiny("bart:tiny", vocab_size=60)
     batch = random_batch(np.random.default_rng(7), 60, 2, 6, 4, start=2)
-    params = model.init(jax.random.key(0), batch)["params"]
+    params = jax.eval_shape(model.init, jax.random.key(0), batch)["params"]
     no_source = {k: v for k, v in batch.items() if k not in ("input_ids", "input_mask")}
     with pytest.raises(UserError, match="an encoder-decoder batch needs input_ids"):
-        model.apply({"params": params}, no_source)
+        jax.eval_shape(lambda p: model.apply({"params": p}, no_source), params)  # refused while tracing

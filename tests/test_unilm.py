@@ -92,7 +92,7 @@ def _model_and_batch(rng, kinds, prefix, length=12):
              "segment_ids": np.zeros((b, length), np.int32),
              "mask_kind": np.asarray(kinds, np.int32), "prefix_length": np.asarray(prefix, np.int32),
              "masked_positions": np.tile(np.arange(length, dtype=np.int32), (b, 1))}
-    params = model.init(jax.random.key(0), batch)["params"]
+    params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
     return model, params, batch
 
 
@@ -239,7 +239,7 @@ def test_bert_checkpoint_starts_unilm_and_matches_bert_under_each_mask(tmp_path)
              "segment_ids": np.where(second, ours[:, 1:], ours[:, :1]).astype(np.int32) * mask,
              "mask_kind": np.array(kinds, np.int32), "prefix_length": prefix.astype(np.int32),
              "masked_positions": np.tile(np.arange(length, dtype=np.int32), (4, 1))}
-    fresh = nn.meta.unbox(model.init(jax.random.key(1), batch)["params"])
+    fresh = nn.meta.unbox(jax.jit(model.init)(jax.random.key(1), batch)["params"])
     params = unilm.from_bert(bert, fresh)
 
     for path, leaf in jax.tree_util.tree_leaves_with_path(bert["encoder"]):
@@ -251,7 +251,7 @@ def test_bert_checkpoint_starts_unilm_and_matches_bert_under_each_mask(tmp_path)
     for path, leaf in jax.tree_util.tree_leaves_with_path(bert["mlm"]):
         np.testing.assert_array_equal(np.asarray(_at(params["mlm"], path)), np.asarray(leaf))
 
-    logits = np.asarray(model.apply({"params": params}, batch)["mlm_logits"])
+    logits = np.asarray(jax.jit(model.apply)({"params": params}, batch)["mlm_logits"])
     matrices = np.stack([hand_built(k, n, length, p) for k, n, p in zip(kinds, lengths, prefix)])
     with torch.no_grad():
         ref = hf(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
@@ -262,7 +262,7 @@ def test_bert_checkpoint_starts_unilm_and_matches_bert_under_each_mask(tmp_path)
 
     small = unilm.Model(tiny(hidden_size=16, intermediate_size=32))
     with pytest.raises(UserError, match="has shape"):
-        unilm.from_bert(bert, nn.meta.unbox(small.init(jax.random.key(1), batch)["params"]))
+        unilm.from_bert(bert, nn.meta.unbox(jax.jit(small.init)(jax.random.key(1), batch)["params"]))
     with pytest.raises(UserError, match="no `encoder`"):
         unilm.from_bert({"decoder": {}}, fresh)
 
@@ -287,7 +287,7 @@ def test_bert2bert_encoder_comes_from_bert_and_decoder_stays_fresh(tmp_path):
     batch = {"input_ids": (rng.integers(5, V, (2, 10)) * mask).astype(np.int32), "input_mask": mask,
              "decoder_input_ids": rng.integers(5, V, (2, 6)).astype(np.int32),
              "decoder_input_mask": np.ones((2, 6), np.int32)}
-    fresh = nn.meta.unbox(model.init(jax.random.key(2), batch)["params"])
+    fresh = nn.meta.unbox(jax.jit(model.init)(jax.random.key(2), batch)["params"])
     params = unilm.from_bert(bert, fresh)
     jax.tree.map(np.testing.assert_array_equal, params["decoder"], fresh["decoder"])
     encoded = np.asarray(model.apply({"params": params}, batch, method=bart.Model.encode))
@@ -312,9 +312,9 @@ def test_tiny_unilm_learns_on_mixed_batches():
     objective = objectives.get("roberta")
     rng = np.random.default_rng(1)
     first = t.corrupt({k: v[:16] for k, v in inst.items()}, rng)
-    params = model.init(jax.random.key(0), first)["params"]
+    params = jax.jit(model.init)(jax.random.key(0), first)["params"]
     opt = optax.adam(3e-3)
-    state = opt.init(params)
+    state = jax.jit(opt.init)(params)
 
     @jax.jit
     def step(params, state, batch):
@@ -346,7 +346,7 @@ def full_recompute(model, params, ids, mask, targets):
 @functools.partial(jax.jit, static_argnums=0)
 def _next_log_probs(model, params, batch):
     """Jitted: one program per sequence length, where op-by-op dispatch took most of a minute."""
-    return jax.nn.log_softmax(model.apply({"params": params}, batch)["mlm_logits"][:, 0])
+    return jax.nn.log_softmax(jax.jit(model.apply)({"params": params}, batch)["mlm_logits"][:, 0])
 
 
 @pytest.fixture(scope="module")
@@ -360,7 +360,7 @@ def unilm_sources():
     ids = (rng.integers(5, V, (3, source_length)) * mask).astype(np.int32)
     probe = unilm.seq2seq_batch(jnp.zeros((3, total), jnp.int32), jnp.ones((3, total), jnp.int32),
                                 jnp.zeros((3, total), jnp.int32), source_length, jnp.arange(total))
-    params = model.init(jax.random.key(7), {**probe, "masked_positions": jnp.zeros((3, 1), jnp.int32)})["params"]
+    params = jax.jit(model.init)(jax.random.key(7), {**probe, "masked_positions": jnp.zeros((3, 1), jnp.int32)})["params"]
     return model, params, ids, mask
 
 
