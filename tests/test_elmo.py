@@ -67,12 +67,13 @@ def test_char_cnn_shapes_and_padding_words():
     params = jax.jit(cnn.init)(jax.random.PRNGKey(0), chars)["params"]
     assert params["char_embed"].shape == (261, 16)  # bilm-tf's file rows: ids 1..261
     assert params["W_cnn_2"].shape == (3, 16, 8) and params["W_proj"].shape == (18, 8)
-    out = jax.jit(cnn.apply)({"params": params}, chars)
+    apply = jax.jit(cnn.apply)
+    out = apply({"params": params}, chars)
     assert out.shape == (1, 7, 8)
     # A padding word reads only zero embeddings: its vector is the same whatever row 0 of the table holds.
     moved = jax.tree.map(lambda x: x, params)
     moved["char_embed"] = params["char_embed"].at[0].set(100.0)
-    np.testing.assert_array_equal(jax.jit(cnn.apply)({"params": moved}, chars)[0, 5:], out[0, 5:])
+    np.testing.assert_array_equal(apply({"params": moved}, chars)[0, 5:], out[0, 5:])
 
 
 def _batch(ids, packing_ids):
@@ -86,18 +87,19 @@ def test_directions_see_only_their_side_and_pieces_stay_apart():
     packing_ids = np.array([[1] * 5 + [2] * 4, [1] * 7 + [0] * 2])
     model = elmo.Model(TINY)
     params = jax.jit(model.init)(jax.random.PRNGKey(0), _batch(ids, packing_ids))["params"]
-    base = jax.jit(model.apply)({"params": params}, _batch(ids, packing_ids))
+    apply = jax.jit(model.apply)
+    base = apply({"params": params}, _batch(ids, packing_ids))
     t = 2
     changed = ids.copy()
     changed[:, t] = (changed[:, t] + 1) % TINY.vocab_size
-    out = jax.jit(model.apply)({"params": params}, _batch(changed, packing_ids))
+    out = apply({"params": params}, _batch(changed, packing_ids))
     fwd_moved = np.abs(out["forward_logits"] - base["forward_logits"]).max(-1) > 0
     bwd_moved = np.abs(out["backward_logits"] - base["backward_logits"]).max(-1) > 0
     # forward at s reads words <= s of its piece; backward at s reads words >= s of its piece.
     np.testing.assert_array_equal(fwd_moved[0], [False, False, True, True, True, False, False, False, False])
     np.testing.assert_array_equal(bwd_moved[0], [True, True, True, False, False, False, False, False, False])
     # a piece equals itself alone: row 0's second piece is encoded as if it started the row
-    alone = jax.jit(model.apply)({"params": params}, _batch(ids[:1, 5:], np.ones((1, 4), np.int64)))
+    alone = apply({"params": params}, _batch(ids[:1, 5:], np.ones((1, 4), np.int64)))
     np.testing.assert_allclose(alone["forward_logits"][0], base["forward_logits"][0, 5:], atol=1e-5)
     np.testing.assert_allclose(alone["backward_logits"][0], base["backward_logits"][0, 5:], atol=1e-5)
     assert [x.shape for x in base["layers"]] == [(2, 9, 16)] * 3
@@ -337,10 +339,10 @@ def test_elmo_features_feed_every_head_and_only_the_mix_and_head_learn(kind, lab
         assert out["logits"].shape == ((2, 6, labels) if kind == "token" else (2, labels))
 
     def loss(p):
-        o = jax.jit(model.apply)({"params": p}, batch)
+        o = model.apply({"params": p}, batch)
         return sum(jnp.sum(jnp.sin(v)) for v in o.values())
 
-    grads = jax.grad(loss)(params)
+    grads = jax.jit(jax.grad(loss))(params)
     assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grads["encoder"]))
     for part in ("mix", "head"):
         assert any(float(jnp.abs(g).max()) > 0.0 for g in jax.tree.leaves(grads[part]))
