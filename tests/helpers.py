@@ -294,6 +294,10 @@ def build_hf(name: str, seed: int = 0, **edits):
     torch.manual_seed(seed)
     cls, config_cls, config = hf_seq2seq_models()[name]
     model = cls(config_cls(**{**config, **edits}, attn_implementation="eager"))
+    if name in ("t5_v1_1", "mt5") and model.lm_head.weight is model.shared.weight:
+        # transformers 5 ties every T5's and mT5's output layer when it builds one; the released
+        # v1.1 and mT5 checkpoints (and transformers 4's) have their own, as this model must
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.3)

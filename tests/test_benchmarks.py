@@ -34,7 +34,7 @@ def test_flops_per_token_of_bert_base_with_the_gathered_head():
 
 
 @pytest.mark.slow
-def test_train_step_against_hugging_face_writes_json_and_markdown(tmp_path):
+def test_train_step_against_hugging_face_writes_json_and_markdown(tmp_path, hf_flax):
     row = train_step.main(["--preset", "tiny", "--batch_size", "2", "--seq_len", "16", "--predictions", "2",
                            "--vocab_size", "128", "--steps", "1", "--peak_flops", "1e12", "--out", str(tmp_path)])
     assert row["tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
@@ -55,7 +55,7 @@ def test_gpt2_flops_per_token_is_palms_formula():
     assert models.flops_per_token(config) == pytest.approx(6 * n + 12 * 12 * 12 * 64 * 1024)
 
 
-def test_gpt_batch_makes_our_loss_hugging_faces_shifted_loss_on_the_same_shapes():
+def test_gpt_batch_makes_our_loss_hugging_faces_shifted_loss_on_the_same_shapes(hf_flax):
     config = train_step.recipe_config("gpt", "tiny", 128, "float32", "none")
     batch = train_step_gpt.causal_batch(128, 3, 16, seed=1)
     model = models.build(config.model)
@@ -70,14 +70,14 @@ def test_gpt_batch_makes_our_loss_hugging_faces_shifted_loss_on_the_same_shapes(
     assert sizes[0] == sizes[1]
 
 
-def test_gpt_benchmark_refuses_what_it_cannot_compare(tmp_path):
+def test_gpt_benchmark_refuses_what_it_cannot_compare(tmp_path, hf_flax):
     with pytest.raises(UserError, match="model.norm='pre'"):  # GPT-1 is post-LN: no FlaxGPT2 counterpart
         reference.hf_gpt2_model(dict(train_step.recipe_config("gpt", "gpt1", 40478, "float32", "none").model))
     with pytest.raises(UserError, match="--seq_len 256 exceeds preset tiny's 128 positions"):
         train_step_gpt.main(["--preset", "tiny", "--seq_len", "256", "--vocab_size", "128", "--out", str(tmp_path)])
 
 
-def test_gpt_train_step_against_hugging_face_writes_its_own_table(tmp_path):
+def test_gpt_train_step_against_hugging_face_writes_its_own_table(tmp_path, hf_flax):
     row = train_step_gpt.main(["--preset", "tiny", "--batch_size", "2", "--seq_len", "16", "--vocab_size", "128",
                                "--steps", "1", "--peak_flops", "1e12", "--out", str(tmp_path)])
     assert row["tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
@@ -92,7 +92,7 @@ def test_gpt_train_step_against_hugging_face_writes_its_own_table(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["t5", "bart"])
-def test_seq2seq_reference_is_the_same_network_with_the_same_loss(recipe, tmp_path):
+def test_seq2seq_reference_is_the_same_network_with_the_same_loss(recipe, tmp_path, hf_flax):
     config = train_step.recipe_config(recipe, "tiny", 96, "float32", "none")
     block = dict(config.model)
     if recipe == "t5":  # T5's one dropout rate covers the feed-forward hidden layer too, as HF's T5
@@ -115,7 +115,7 @@ def test_seq2seq_reference_is_the_same_network_with_the_same_loss(recipe, tmp_pa
     assert float(ours) > 0
 
 
-def test_seq2seq_train_step_against_hugging_face_writes_its_own_table(tmp_path):
+def test_seq2seq_train_step_against_hugging_face_writes_its_own_table(tmp_path, hf_flax):
     row = train_step_seq2seq.main(["--recipe", "bart", "--preset", "tiny", "--batch_size", "2", "--seq_len", "16",
                                    "--vocab_size", "128", "--steps", "1", "--peak_flops", "1e12", "--out", str(tmp_path)])
     assert row["target_len"] == 16  # BART reconstructs the whole source

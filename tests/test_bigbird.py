@@ -39,8 +39,8 @@ SMALL = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_he
 def build_hf(seed=0, **overrides):
     """A random HF BigBirdForMaskedLM in evaluation mode: every tensor, LayerNorm scales and the
     decoder bias too, drawn from N(0, 0.2), so a swapped, missed or misplaced tensor shows."""
-    torch.manual_seed(seed)
     model = transformers.BigBirdForMaskedLM._from_config(transformers.BigBirdConfig(**{**SMALL, **overrides}))
+    torch.manual_seed(seed)  # after construction, whose own init draws differ across transformers versions
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.2)

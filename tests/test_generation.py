@@ -100,36 +100,42 @@ def test_greedy_with_cache_equals_recomputing_the_prefix(norm):
 
 
 def test_greedy_equals_hugging_face_gpt2_on_the_same_weights():
-    """HF's FlaxGPT2LMHeadModel (the GPT-2 reference) with its weights copied into ours: the same
+    """HF's GPT2LMHeadModel (the GPT-2 reference) with its weights copied into ours: the same
     logits, and `generate` gives HF's greedy tokens."""
-    from transformers import FlaxGPT2LMHeadModel, GPT2Config
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
 
-    hf = FlaxGPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=40, n_embd=32, n_layer=2, n_head=4, n_inner=64,
-                                        initializer_range=0.3, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                        pad_token_id=0, bos_token_id=V, eos_token_id=V), _do_init=False)
-    hf_params = jax.jit(hf.init_weights, static_argnums=1)(jax.random.PRNGKey(3), (1, 1))  # jitted: eager init is slow
-    p = jax.tree.map(np.asarray, hf_params["transformer"])
+    torch.manual_seed(3)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=V, n_positions=40, n_embd=32, n_layer=2, n_head=4, n_inner=64, initializer_range=0.3,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=0, bos_token_id=V, eos_token_id=V)).eval()
+    p = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+
+    def norm(name):
+        return {"scale": p[f"{name}.weight"], "bias": p[f"{name}.bias"]}
+
     d, heads = 32, 4
-    ours = {"embeddings": {"token": {"embedding": p["wte"]["embedding"]}, "position": {"embedding": p["wpe"]["embedding"]}},
-            "final_norm": p["ln_f"]}
+    ours = {"embeddings": {"token": {"embedding": p["transformer.wte.weight"]},
+                           "position": {"embedding": p["transformer.wpe.weight"]}},
+            "final_norm": norm("transformer.ln_f")}
     for i in range(2):
-        h = p["h"][str(i)]
-        qkv, qkv_bias = h["attn"]["c_attn"]["kernel"].T, h["attn"]["c_attn"]["bias"]  # HF kernels are [out, in]
+        h = f"transformer.h.{i}"
+        qkv, qkv_bias = p[f"{h}.attn.c_attn.weight"], p[f"{h}.attn.c_attn.bias"]  # Conv1D weights are [in, out]
         proj = {n: {"kernel": qkv[:, j * d:(j + 1) * d].reshape(d, heads, -1),
                     "bias": qkv_bias[j * d:(j + 1) * d].reshape(heads, -1)} for j, n in enumerate(("query", "key", "value"))}
-        ours[f"attention_{i}"] = {"norm": h["ln_1"], **proj, "output": {
-            "kernel": h["attn"]["c_proj"]["kernel"].T.reshape(heads, -1, d), "bias": h["attn"]["c_proj"]["bias"]}}
-        ours[f"ffn_{i}"] = {"norm": h["ln_2"],
-                            "intermediate": {"kernel": h["mlp"]["c_fc"]["kernel"].T, "bias": h["mlp"]["c_fc"]["bias"]},
-                            "output": {"kernel": h["mlp"]["c_proj"]["kernel"].T, "bias": h["mlp"]["c_proj"]["bias"]}}
+        ours[f"attention_{i}"] = {"norm": norm(f"{h}.ln_1"), **proj, "output": {
+            "kernel": p[f"{h}.attn.c_proj.weight"].reshape(heads, -1, d), "bias": p[f"{h}.attn.c_proj.bias"]}}
+        ours[f"ffn_{i}"] = {"norm": norm(f"{h}.ln_2"),
+                            "intermediate": {"kernel": p[f"{h}.mlp.c_fc.weight"], "bias": p[f"{h}.mlp.c_fc.bias"]},
+                            "output": {"kernel": p[f"{h}.mlp.c_proj.weight"], "bias": p[f"{h}.mlp.c_proj.bias"]}}
     model, params = gpt.Model(small()), {"decoder": ours}
     ids = np.random.default_rng(4).integers(1, V, (3, 6)).astype(np.int32)
     mask = np.ones_like(ids)
-    hf_logits = jax.jit(lambda p, i: hf(i, params=p).logits)(hf_params, ids)
-    np.testing.assert_allclose(last_logits(model, params, ids, mask), np.asarray(hf_logits)[:, -1], atol=2e-5)
-    hf_generate = jax.jit(lambda p, i, m: hf.generate(i, attention_mask=m, params=p, do_sample=False,
-                                                      max_new_tokens=10).sequences)
-    theirs = np.asarray(hf_generate(hf_params, ids, mask))[:, 6:]
+    with torch.no_grad():
+        hf_logits = hf(torch.tensor(ids).long()).logits.numpy()
+        theirs = hf.generate(torch.tensor(ids).long(), attention_mask=torch.tensor(mask).long(), do_sample=False,
+                             max_new_tokens=10).numpy()[:, 6:]
+    np.testing.assert_allclose(last_logits(model, params, ids, mask), hf_logits[:, -1], atol=2e-5)
     np.testing.assert_array_equal(generate(model, params, ids, mask, max_new_tokens=10), theirs)
 
 
@@ -354,7 +360,7 @@ def test_cli_bad_input_is_one_line(gpt_run, tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith("bertology.generate: error:") and message in err[0], err
 
 
-def test_benchmark_against_hugging_face_writes_json_and_markdown(tmp_path):
+def test_benchmark_against_hugging_face_writes_json_and_markdown(tmp_path, hf_flax):
     from benchmarks import generation as bench
 
     rows = bench.main(["--preset", "tiny", "--vocab_size", "128", "--batch_sizes", "2", "--prompt_len", "4",
@@ -369,7 +375,7 @@ def test_benchmark_against_hugging_face_writes_json_and_markdown(tmp_path):
 
 
 @pytest.mark.parametrize("recipe", ["t5", "bart"])
-def test_beam_search_benchmark_decodes_what_transformers_decodes(recipe, tmp_path, monkeypatch):
+def test_beam_search_benchmark_decodes_what_transformers_decodes(recipe, tmp_path, monkeypatch, hf_flax):
     from benchmarks import generation as bench
 
     outputs = {}

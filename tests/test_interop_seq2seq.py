@@ -165,7 +165,9 @@ def test_export_loads_in_transformers_and_round_trips(name, tmp_path):
     block, params = _our_run(name, tmp_path / "run")
     out, hf_model = _export_and_round_trip(block, params, tmp_path, name)
     assert type(hf_model) is HF[name][0]
-    assert hf_model.config.tie_word_embeddings == block.get("tie_embeddings", True)
+    # what our tie_embeddings switches: the scaling (transformers 5's own key for it, else the tying)
+    config = hf_model.config
+    assert getattr(config, "scale_decoder_outputs", config.tie_word_embeddings) == block.get("tie_embeddings", True)
     assert json.loads((out / "config.json").read_text())[DECODER_DEPTH[name]] == block["num_layers"]
 
 
@@ -194,6 +196,35 @@ def test_uneven_depths_import_and_match_transformers(name, depth, tmp_path):
     print(f"\n{name} 2/{depth} import: max abs logit diff vs transformers {diff:.2e}")
     assert diff <= TOLERANCE
     np.testing.assert_allclose(cached_logits(params, block, batch), ours, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, written", [
+    ("t5_v1_1", {"tie_word_embeddings": True, "scale_decoder_outputs": False}),
+    ("mt5", {"tie_word_embeddings": True, "transformers_version": "5.23.0"})])
+def test_a_transformers_5_checkpoint_without_lm_head_imports_as_untied(name, written, tmp_path):
+    """transformers 5 saves a T5 v1.1 or mT5 it built itself with its output layer tied and not
+    written, and a config.json whose `tie_word_embeddings` is true without meaning T5 v1.0's
+    scaling. Such a checkpoint imports as the same untied run as one whose lm_head is the token
+    table (in the form both lines write)."""
+    from safetensors.numpy import load_file, save_file
+
+    build_hf(name).save_pretrained(tmp_path / "hf", safe_serialization=True)
+    tensors = load_file(tmp_path / "hf" / "model.safetensors")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    tensors["lm_head.weight"] = tensors["shared.weight"]
+    save_file(tensors, tmp_path / "hf" / "model.safetensors", metadata={"format": "pt"})
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(config, tie_word_embeddings=False)))
+    import_hf(tmp_path / "hf", tmp_path / "reference")
+    del tensors["lm_head.weight"]
+    save_file(tensors, tmp_path / "hf" / "model.safetensors", metadata={"format": "pt"})
+    config = {k: v for k, v in config.items() if k != "scale_decoder_outputs"}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **written}))
+    report = import_hf(tmp_path / "hf", tmp_path / "run")
+    assert (report.fresh, report.unused) == ([], [])
+    (got, got_config), (want, want_config) = load_params(tmp_path / "run"), load_params(tmp_path / "reference")
+    assert got_config["model"] == want_config["model"] and got_config["model"]["tie_embeddings"] is False
+    assert flatten_dict(got).keys() == flatten_dict(want).keys()
+    assert all(np.array_equal(v, flatten_dict(want)[k]) for k, v in flatten_dict(got).items())
 
 
 @pytest.mark.parametrize("name, depth", UNEVEN)

@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from flax.traverse_util import flatten_dict  # noqa: E402
+from helpers import FIXTURES  # noqa: E402
 
 from bertology import models  # noqa: E402
 from bertology.errors import UserError  # noqa: E402
@@ -89,8 +90,11 @@ def hf_start(block):
     return {**carry, "memory_mask": jnp.ones_like(carry["memory_mask"])}
 
 
-@pytest.fixture
-def runnable_transfo_xl(monkeypatch):
+def has_transfo_xl() -> bool:
+    return "transfo-xl" in transformers.CONFIG_MAPPING  # transformers 5 removed the deprecated TransfoXL
+
+
+def make_transfo_xl_runnable(monkeypatch: pytest.MonkeyPatch) -> None:
     """transformers 4.57.6's deprecated TransfoXL calls `arange(...).type_as(dtype=...)`, which torch
     rejects (`other` is required), so its forward fails as shipped; give that one call the meaning
     it intends (a cast to `dtype`) and leave every other `type_as` alone."""
@@ -102,34 +106,64 @@ def runnable_transfo_xl(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "type_as", type_as)
 
 
+@pytest.fixture
+def runnable_transfo_xl(monkeypatch):
+    make_transfo_xl_runnable(monkeypatch)
+
+
+def transfo_xl_reference(untie_r: bool):
+    """(checkpoint directory, segments, HF's log-probabilities per segment) of the small random
+    TransfoXL that `record_transfo_xl_references` saved with transformers 4.57: transformers 5 has
+    no TransfoXL, so where it is installed the recorded outputs stand in for the live model."""
+    directory = FIXTURES / "transfo_xl" / f"untie_r_{str(untie_r).lower()}"
+    recorded = np.load(directory / "reference.npz")
+    return directory / "hf", list(recorded["segments"]), list(recorded["log_probs"])
+
+
+def record_transfo_xl_references() -> None:
+    """Writes tests/fixtures/transfo_xl (run this file as a script where transformers < 5 is installed)."""
+    make_transfo_xl_runnable(pytest.MonkeyPatch())
+    rng = np.random.default_rng(0)
+    segments = np.stack([rng.integers(0, V, (B, L)).astype(np.int32) for _ in range(2)])
+    for untie_r in (True, False):
+        directory = FIXTURES / "transfo_xl" / f"untie_r_{str(untie_r).lower()}"
+        model = transfo_xl(untie_r)
+        # with shared biases each layer also names the model's pair, which safetensors refuses to save
+        model.save_pretrained(directory / "hf", safe_serialization=untie_r)
+        np.savez(directory / "reference.npz", segments=segments, log_probs=np.stack(hf_txl_segments(model, segments)))
+
+
 @pytest.mark.parametrize("untie_r", [True, False])
 def test_transfo_xl_import_and_export_match_transformers(untie_r, tmp_path, runnable_transfo_xl):
-    hf_model = transfo_xl(untie_r)
-    # with shared biases each layer also names the model's pair, which safetensors refuses to save
-    hf_model.save_pretrained(tmp_path / "hf", safe_serialization=untie_r)
-    report = import_hf(tmp_path / "hf", tmp_path / "run")
+    hf_dir, segments, want = transfo_xl_reference(untie_r)
+    if has_transfo_xl():  # the recording is what this transformers computes
+        from transformers.models.deprecated.transfo_xl import TransfoXLLMHeadModel
+
+        live = hf_txl_segments(TransfoXLLMHeadModel.from_pretrained(hf_dir).eval(), segments)
+        assert max(float(np.abs(a - w).max()) for a, w in zip(live, want)) <= 1e-6
+    report = import_hf(hf_dir, tmp_path / "run")
     assert (report.family, report.fresh) == ("transfo_xl", [])
-    aliases = [] if untie_r else [f"{tmp_path / 'hf'}: transformer.layers.{i}.dec_attn.{b}"
+    aliases = [] if untie_r else [f"{hf_dir}: transformer.layers.{i}.dec_attn.{b}"
                                   for i in range(2) for b in ("r_r_bias", "r_w_bias")]
-    assert report.unused == sorted([f"{tmp_path / 'hf'}: transformer.pos_emb.inv_freq", *aliases])
+    assert report.unused == sorted([f"{hf_dir}: transformer.pos_emb.inv_freq", *aliases])
     model, params, block = ours(tmp_path / "run")
     assert {k: block[k] for k in ("mem_len", "clamp_len", "same_length", "untie_r", "activation")} == dict(
         mem_len=6, clamp_len=5, same_length=True, untie_r=untie_r, activation="relu")
     complete_mapping(records.registry()["transfo-xl"], params)
 
-    rng = np.random.default_rng(0)
-    segments = [rng.integers(0, V, (B, L)).astype(np.int32) for _ in range(2)]
-    want = hf_txl_segments(hf_model, segments)
     got = our_txl_segments(model, params, block, segments, hf_start(block))
     diffs = [float(np.abs(g - w).max()) for g, w in zip(got, want)]
     print(f"\ntransfo-xl untie_r={untie_r}: max |log p| diff per segment {diffs}")
     assert max(diffs) <= TOLERANCE
 
     export_hf(tmp_path / "run", tmp_path / "out")
+    report = import_hf(tmp_path / "out", tmp_path / "back")  # the export reads back as the same run
+    back, _ = load_params(tmp_path / "back")
+    assert all(np.array_equal(v, flatten_dict(params)[k]) for k, v in flatten_dict(back).items())
+    if not untie_r or not has_transfo_xl():  # HF re-initialises each layer's alias of the shared pair on load
+        return
     from transformers.models.deprecated.transfo_xl import TransfoXLLMHeadModel
 
-    if not untie_r:  # HF re-initialises each layer's alias of the shared pair on load: no round trip
-        return
     back, info = TransfoXLLMHeadModel.from_pretrained(tmp_path / "out", output_loading_info=True)
     # inv_freq is a buffer that HF computes at construction from d_model, not a weight
     assert info["missing_keys"] == ["transformer.pos_emb.inv_freq"] and info["unexpected_keys"] == [], info
@@ -209,7 +243,7 @@ def test_xlnet_import_and_export_match_transformers(bi_data, tmp_path):
 
     export_hf(tmp_path / "run", tmp_path / "out")
     back, info = transformers.XLNetLMHeadModel.from_pretrained(tmp_path / "out", output_loading_info=True)
-    assert info["missing_keys"] == [] and info["unexpected_keys"] == [], info
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
     again = hf_xlnet_segments(back.eval(), batches)
     assert max(float(np.abs(a - w).max()) for a, w in zip(again, want)) <= TOLERANCE
 
@@ -301,3 +335,7 @@ def test_xlnet_question_answering_matches_transformers(tmp_path):
     diffs = [float(np.abs(np.asarray(got[k]) - getattr(out, k).numpy()).max()) for k in ("start_logits", "end_logits")]
     print(f"\nxlnet QA (simple): max start/end logit diff {diffs}")
     assert max(diffs) <= TOLERANCE
+
+
+if __name__ == "__main__":
+    record_transfo_xl_references()

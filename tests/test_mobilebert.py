@@ -67,7 +67,7 @@ def test_hf_mobilebert_imports_computes_the_same_logits_and_exports_back(variant
 
     export_hf(tmp_path / "run", tmp_path / "out")
     back, info = transformers.MobileBertForPreTraining.from_pretrained(tmp_path / "out", output_loading_info=True)
-    assert info["missing_keys"] == [] and info["unexpected_keys"] == [] and info["mismatched_keys"] == []
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     original = hf.state_dict()
     for name, tensor in back.state_dict().items():
         np.testing.assert_array_equal(tensor.numpy(), original[name].numpy(), err_msg=name)

@@ -6,6 +6,7 @@ presets' shapes against HF's released configs; and the core knobs' defaults leav
 family unchanged."""
 
 import dataclasses
+import inspect
 import os
 
 import flax.linen as nn
@@ -35,6 +36,11 @@ SMALL = dict(vocab_size=V, hidden_size=32, num_hidden_layers=3, num_attention_he
              max_position_embeddings=64, local_attention=8, global_attn_every_n_layers=3,
              global_rope_theta=160000.0, local_rope_theta=10000.0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
              cls_token_id=1, sep_token_id=2, reference_compile=False)
+
+
+# the keys that say which layers are global and each kind's rotary base, as transformers 4 and 5 write them
+LAYOUT_V4 = ("global_attn_every_n_layers", "global_rope_theta", "local_rope_theta")
+LAYOUT_V5 = ("layer_types", "rope_parameters")
 
 
 def load_config(preset):
@@ -144,8 +150,11 @@ def test_import_matches_transformers_and_round_trips(tmp_path):
     reloaded, info = transformers.ModernBertForMaskedLM.from_pretrained(exported[0], output_loading_info=True,
                                                                         attn_implementation="eager")
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
-    shape = {k: v for k, v in SMALL.items() if k != "reference_compile" and not k.endswith("_token_id")}
-    assert {k: getattr(reloaded.config, k) for k in shape} == shape  # the shape, as exported
+    # the shape, as exported: transformers 4 keeps SMALL's layer pattern and rope keys, 5 its
+    # `layer_types` and `rope_parameters`
+    shape = [k for k in (*SMALL, *LAYOUT_V5) if k != "reference_compile" and not k.endswith("_token_id")
+             and hasattr(hf.config, k)]
+    assert {k: getattr(reloaded.config, k) for k in shape} == {k: getattr(hf.config, k) for k in shape}
     round_trip = helpers.max_diff(hf_outputs(reloaded.eval(), batch), reference, batch["input_mask"])
     print(f"modernbert round trip max abs diff: {max(round_trip.values()):.2e}")
     assert max(round_trip.values()) <= 1e-6, round_trip
@@ -159,6 +168,38 @@ def test_the_family_refuses_other_settings():
     for key, value in (("norm", "post"), ("positions", "absolute"), ("activation", "gelu"), ("use_bias", True)):
         with pytest.raises(UserError, match=f"model.{key}={value!r}: ModernBERT has"):
             models.build(ml_collections.ConfigDict({**base, key: value}))
+
+
+def test_layer_pattern_and_rope_read_from_either_transformers_layout():
+    """transformers 4 writes the layer pattern and rotary bases as `global_attn_every_n_layers`,
+    `global_rope_theta` and `local_rope_theta`, 5 as `layer_types` and `rope_parameters` by layer
+    type: each imports alike, as does the installed transformers' own config (a config.json
+    without them: its defaults), export writes both, and a pattern or rope type we do not compute
+    is refused."""
+    record = records.registry()["modernbert"]
+    kept = ("rope_theta", "local_rope_theta", "global_attn_every_n_layers")
+
+    def read(hf):
+        return {k: v for k, v in hf_config.from_hf(record, {"model": hf}, {"model": "hf"}).items() if k in kept}
+
+    base = {k: v for k, v in SMALL.items() if k not in LAYOUT_V4}
+    v4 = {**base, "global_attn_every_n_layers": 2, "global_rope_theta": 5e4, "local_rope_theta": 1e3}
+    v5 = {**base, "layer_types": ["full_attention", "sliding_attention", "full_attention"],
+          "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 5e4},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 1e3}}}
+    want = dict(rope_theta=5e4, local_rope_theta=1e3, global_attn_every_n_layers=2)
+    assert read(v4) == read(v5) == read(transformers.ModernBertConfig(**v4).to_dict()) == want
+    assert read(base) == read(transformers.ModernBertConfig(**base).to_dict()) == dict(
+        rope_theta=160000.0, local_rope_theta=10000.0, global_attn_every_n_layers=3)
+    block = hf_config.from_hf(record, {"model": v5}, {"model": "hf"})
+    exported = hf_config.to_hf(record, block, "model", models.encoder_config(block), None)
+    assert read({k: v for k, v in exported.items() if k not in LAYOUT_V5}) == want
+    assert read({k: v for k, v in exported.items() if k not in LAYOUT_V4}) == want
+    with pytest.raises(UserError, match="layer_types"):
+        read({**v5, "layer_types": ["full_attention", "full_attention", "sliding_attention"]})
+    with pytest.raises(UserError, match="rope_type"):
+        read({**v5, "rope_parameters": {**v5["rope_parameters"], "sliding_attention": {
+            "rope_type": "linear", "factor": 2.0, "rope_theta": 1e3}}})
 
 
 # --- the sliding window and the rotary embedding -------------------------------------------------------------
@@ -217,7 +258,10 @@ def test_rotary_is_hf_formula_and_relative():
     x = np.random.default_rng(0).normal(size=(2, 5, 3, d)).astype(np.float32)
     pos = np.array([[0, 1, 2, 3, 4], [7, 9, 11, 13, 100]], np.int32)
     config = transformers.ModernBertConfig(hidden_size=3 * d, num_attention_heads=3, global_rope_theta=theta)
-    cos, sin = mm.ModernBertRotaryEmbedding(config)(torch.zeros(1), torch.tensor(pos, dtype=torch.long))
+    rope = mm.ModernBertRotaryEmbedding(config)
+    # transformers 5 holds one table per layer type and takes the type
+    kind = {"layer_type": "full_attention"} if "layer_type" in inspect.signature(rope.forward).parameters else {}
+    cos, sin = rope(torch.zeros(1), torch.tensor(pos, dtype=torch.long), **kind)
     xt = torch.tensor(x).transpose(1, 2)  # HF's [batch, heads, length, head_dim]
     ref, _ = mm.apply_rotary_pos_emb(xt, xt, cos, sin)
     np.testing.assert_allclose(np.asarray(rotary(jnp.asarray(x), jnp.asarray(pos), theta)),
@@ -276,6 +320,9 @@ def test_released_presets_are_hf_shapes(preset, hf_overrides):
     default = transformers.ModernBertConfig(**hf_overrides)
     assert {k: exported[k] for k in record.defaults if k in exported} == {
         k: getattr(default, k) for k in record.defaults if k in exported}
+    loaded = transformers.ModernBertConfig.from_dict(exported)
+    layout = [k for k in (*LAYOUT_V4, *LAYOUT_V5) if hasattr(default, k)]
+    assert layout and {k: getattr(loaded, k) for k in layout} == {k: getattr(default, k) for k in layout}
 
 
 # --- the core knobs' defaults -------------------------------------------------------------------------------

@@ -317,7 +317,10 @@ def test_t5_sentencepiece_with_sentinels_matches_hugging_face(t5_model):
     transformers = pytest.importorskip("transformers")
     path, tmp = t5_model
     ours = load_tokenizer(path, extra_ids=100)
-    slow = transformers.T5Tokenizer(str(path), extra_ids=100, legacy=True)
+    # transformers 5's T5Tokenizer takes a vocabulary list, not a sentencepiece file, and builds
+    # from spiece.model only in from_pretrained (4.x: the sentencepiece-backed slow tokenizer).
+    assert path.name == "spiece.model"
+    slow = transformers.T5Tokenizer.from_pretrained(path.parent, extra_ids=100, legacy=True)
     slow.save_pretrained(tmp / "hf")
     fast = transformers.T5TokenizerFast.from_pretrained(tmp / "hf")
     assert ours.vocab_size == len(slow) == len(fast) == 700

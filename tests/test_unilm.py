@@ -22,10 +22,10 @@ import pytest
 from bertology import models, objectives
 from bertology.data import transforms
 from bertology.errors import UserError
-from bertology.generation import beam_search, generate
 from bertology.families.bart import model as bart
 from bertology.families.unilm import data as unilm_data
 from bertology.families.unilm import model as unilm
+from bertology.generation import beam_search, generate
 from bertology.models.transformer import Mask, TransformerConfig
 
 V = 97
@@ -224,6 +224,7 @@ def test_bert_checkpoint_starts_unilm_and_matches_bert_under_each_mask(tmp_path)
     table widened as unilm-v1 does; UniLM's logits under each kind equal HF BERT's own under the
     hand-built matrix (a 3-D attention mask), with UniLM's segment ids mapped to BERT's 0/1."""
     import torch
+    import transformers
 
     hf, bert, config = _hf_bert(tmp_path)
     assert config["model"]["family"] == "bert"
@@ -253,9 +254,15 @@ def test_bert_checkpoint_starts_unilm_and_matches_bert_under_each_mask(tmp_path)
 
     logits = np.asarray(jax.jit(model.apply)({"params": params}, batch)["mlm_logits"])
     matrices = np.stack([hand_built(k, n, length, p) for k, n, p in zip(kinds, lengths, prefix)])
+    attention_mask = torch.tensor(matrices, dtype=torch.long)
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        # transformers 5 reads a 3-D mask as a padding mask (and fails to expand it); a 4-D mask it
+        # hands to the attention as it is, which adds it to the scores: 0 to attend, a large
+        # negative number not to (transformers 4 made that itself from a 3-D mask, refusing 4-D).
+        attention_mask = (1.0 - attention_mask[:, None].float()) * torch.finfo(torch.float32).min
     with torch.no_grad():
         ref = hf(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
-                 attention_mask=torch.tensor(matrices, dtype=torch.long),
+                 attention_mask=attention_mask,
                  token_type_ids=torch.tensor(bert_segments, dtype=torch.long)).prediction_logits.numpy()
     real = mask > 0
     np.testing.assert_allclose(logits[real], ref[real], atol=1e-4)

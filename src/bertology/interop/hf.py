@@ -188,6 +188,8 @@ def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
     block = hf_config.from_hf(record, configs, {s: str(d) for s, d in dirs.items()})
     tensors = {source: _with_prefix(read_tensors(d), record.prefix) for source, d in dirs.items()}
     _check_tied(record, tensors, dirs)
+    for state in tensors.values():
+        state.update({k: state[t] for k, t in record.tied_if_absent.items() if k not in state and t in state})
     if record.pooler:  # a checkpoint without a pooler imports as a model without one
         block["pooler"] = record.pooler in tensors[record.sources[0]]
     if vocab_multiple != 1:
@@ -201,7 +203,7 @@ def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
     if fresh:
         initial = flatten_dict(jax.jit(_init(model))())
         params.update({k: np.asarray(initial[k]) for k in fresh})
-    known = {r.hf for r in rows} | set(record.tied)
+    known = {r.hf for r in rows} | set(record.tied) | set(record.tied_if_absent)
     unused = sorted(f"{dirs[s]}: {k}" for s, state in tensors.items() for k in state
                     if k not in known and not k.endswith(BUFFERS))
     files = _tokenizer_files(hf_dir, record)
@@ -270,7 +272,7 @@ def _export_tokenizer(files: list[pathlib.Path], tokenizer: Tokenizer, target: p
     else:
         for f, name in zip(files, BYTE_BPE):
             atomic_copy(f, target / name)
-        config = {"tokenizer_class": tokenizer.hf_class}
+        config = dict(tokenizer.hf_config)
     atomic_write(target / "tokenizer_config.json", json.dumps(config, indent=2))
 
 

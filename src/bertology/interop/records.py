@@ -64,6 +64,9 @@ class HFModel:
     - `defaults`: transformers' value for every HF key read here, for a config.json that omits it.
     - `translations`: the settings that are not one key to one key.
     - `tied`: HF output layers tied to another tensor: never written; on import they must equal it.
+    - `tied_if_absent`: tensors a checkpoint may omit because transformers ties them to another and
+      saves only that one (transformers 5: a T5 v1.1 or mT5 it built itself, without `lm_head`; its
+      OpenAI GPT double-heads model, without the token table): on import, a copy of the other.
     - `pooler`: the HF name of the pooler's weight, whose presence decides `model.pooler`.
     - `tokenizer`: the HF tokenizer class of a checkpoint without a tokenizer_config.json naming one.
     - `source_configs`: how to get the config of a source other than the trunk's (ELECTRA's generator).
@@ -84,6 +87,7 @@ class HFModel:
     written: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     translations: tuple[Translation, ...] = ()
     tied: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    tied_if_absent: Mapping[str, str] = dataclasses.field(default_factory=dict)
     pooler: str | None = None
     source_configs: Mapping[str, Callable[[dict[str, Any]], TransformerConfig]] = dataclasses.field(
         default_factory=dict)

@@ -54,7 +54,12 @@ class ByteLevelBPETokenizer:
         self._bpe.decoder = decoders.ByteLevel()
         if all(t in self.vocab for t in ROBERTA_SPECIALS):
             self.convention = "roberta"
-            self.hf_class = "RobertaTokenizer"  # the transformers class that gives these ids (an export writes it)
+            # the tokenizer_config.json an export writes: the transformers class that gives these
+            # ids, and <mask> stripping the whitespace before it, which transformers 4's
+            # RobertaTokenizer did by itself and transformers 5's does only when told
+            self.hf_config = {"tokenizer_class": "RobertaTokenizer", "mask_token": {
+                "__type": "AddedToken", "content": "<mask>", "lstrip": True, "rstrip": False, "normalized": False,
+                "single_word": False, "special": True}}
             self.cls_id, self.pad_id, self.sep_id, self.unk_id, self.mask_id = (
                 self.vocab[t] for t in ROBERTA_SPECIALS
             )
@@ -62,7 +67,7 @@ class ByteLevelBPETokenizer:
             specials = ROBERTA_SPECIALS
         elif EOS in self.vocab:
             self.convention = "gpt2"
-            self.hf_class = "GPT2Tokenizer"
+            self.hf_config = {"tokenizer_class": "GPT2Tokenizer"}
             self.eos_id = self.cls_id = self.sep_id = self.pad_id = self.unk_id = self.vocab[EOS]
             self.mask_id = None
             specials = (EOS,)

@@ -114,6 +114,9 @@ OPENAI_GPT = HFModel(
     translations=(FeedForwardWidth(None), hf_config.SameValue("embd_pdrop", "resid_pdrop", "dropout_rate"),
                   EndOfText()),
     tied={"lm_head.weight": "transformer.tokens_embed.weight"},
+    # transformers 5's OpenAIGPTDoubleHeadsModel ties the other way round (its `_tied_weights_keys`
+    # is {"transformer.tokens_embed.weight": "lm_head.weight"}), so it saves lm_head.weight alone.
+    tied_if_absent={"transformer.tokens_embed.weight": "lm_head.weight"},
 )
 
 HF_RECORDS = (GPT2, OPENAI_GPT)

@@ -5,6 +5,8 @@ and value projections in that order (`qkv.view(bs, -1, 3, heads, head_dim)`), an
 Linear [2I, H] holding the GeGLU's input (first half, through the GELU) and gate (second half):
 the fused rows `(j, n)` of `names`. Layer 0 has no `attn_norm` (an `nn.Identity`), which the
 name table's row for it skips since our first layer has none either (`first_attention_norm=False`).
+Which layers are global and each kind's rotary base are written differently by transformers 4
+and 5 (`LayerKinds`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from bertology.errors import UserError
 from bertology.interop import names
 from bertology.interop.records import CORE, Block, BySource, HFConfig, HFModel
 from bertology.models.transformer import TransformerConfig
@@ -36,6 +39,54 @@ class SpecialTokens:
         else:
             hf.update(pad_token_id=tokenizer.pad_id, cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id,
                       bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
+
+
+# transformers' ModernBertConfig() for the keys `LayerKinds` reads: 4.57.6's defaults, and 5's
+# (`default_theta`; `layer_types` built from a `global_attn_every_n_layers` of 3)
+LAYER_DEFAULTS = dict(global_rope_theta=160000.0, local_rope_theta=10000.0, global_attn_every_n_layers=3)
+ROPE_KEYS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}  # 5's kind: 4's key
+
+
+def layer_types(n: int, layers: int) -> list[str]:
+    """transformers 5's `layer_types` for 4's `global_attn_every_n_layers` (5's own conversion)."""
+    return ["sliding_attention" if i % n else "full_attention" for i in range(layers)]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerKinds:
+    """Layer i is global when i % `global_attn_every_n_layers` == 0, with base `rope_theta`, the
+    others local with base `local_rope_theta`. transformers 4 writes `global_attn_every_n_layers`,
+    `global_rope_theta` and `local_rope_theta` (null: the global base); transformers 5 writes
+    `layer_types` (one "full_attention" or "sliding_attention" a layer) and `rope_parameters` by
+    layer type (`{"full_attention": {"rope_type": "default", "rope_theta": 160000.0}, ...}`), and
+    reads 4's keys where those are missing. Import reads either, 5's first; export writes both, so
+    each version loads the same model. RoPE scaling (another `rope_type`) is not reproduced."""
+
+    def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
+        main, path = next(iter(hf.values())), next(iter(where.values()))
+        old = {key: main.get(key, default) for key, default in LAYER_DEFAULTS.items()}  # 4's, then 5's over them
+        for kind, key in ROPE_KEYS.items():
+            rope = {**(main.get("rope_scaling") or {}), **((main.get("rope_parameters") or {}).get(kind) or {})}
+            if rope.get("rope_type", rope.get("type", "default")) != "default":
+                raise UserError(f"{path}: {kind} rope {rope} is not reproduced (we compute the default rope_type)")
+            old[key] = rope.get("rope_theta", old[key])
+        n, types = old["global_attn_every_n_layers"], main.get("layer_types")
+        if types is not None and types != layer_types(n, len(types)):
+            n = next((m for m in range(1, len(types) + 1) if types == layer_types(m, len(types))), None)
+            if n is None:
+                raise UserError(f"{path}: layer_types={types} is not reproduced (we have full_attention every "
+                                "n-th layer from the first, sliding_attention in the others)")
+        block.update(rope_theta=old["global_rope_theta"], local_rope_theta=old["local_rope_theta"],
+                     global_attn_every_n_layers=n)
+
+    def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
+        n = cfg.global_attn_every_n_layers
+        local = cfg.rope_theta if cfg.local_rope_theta is None else cfg.local_rope_theta  # 5 has no null base
+        thetas = {"full_attention": cfg.rope_theta, "sliding_attention": local}
+        hf.update(global_attn_every_n_layers=n, global_rope_theta=cfg.rope_theta, local_rope_theta=local,
+                  layer_types=layer_types(n, cfg.num_layers),
+                  rope_parameters={kind: {"rope_type": "default", "rope_theta": t} for kind, t in thetas.items()})
+
 
 MODERNBERT_EMBEDDINGS = (
     ("embeddings/token", "embeddings.tok_embeddings", "embedding"),
@@ -68,19 +119,15 @@ MODERNBERT_KEYS = (
     ("max_position_embeddings", "max_position_embeddings"),
     ("layer_norm_eps", "norm_eps"),
     ("initializer_range", "initializer_range"),
-    ("rope_theta", "global_rope_theta"),
-    ("local_rope_theta", "local_rope_theta"),
     ("local_attention", "local_attention"),
-    ("global_attn_every_n_layers", "global_attn_every_n_layers"),
 )
 
-# transformers 4.57.6's ModernBertConfig() for every key read here
+# transformers' ModernBertConfig() (4.57.6 and 5) for every key read here but `LayerKinds`' ones
 MODERNBERT_DEFAULTS = dict(
     vocab_size=50368, hidden_size=768, intermediate_size=1152, num_hidden_layers=22, num_attention_heads=12,
     hidden_activation="gelu", max_position_embeddings=8192, initializer_range=0.02, norm_eps=1e-5, norm_bias=False,
-    global_rope_theta=160000.0, attention_bias=False, attention_dropout=0.0, global_attn_every_n_layers=3,
-    local_attention=128, local_rope_theta=10000.0, embedding_dropout=0.0, mlp_bias=False, mlp_dropout=0.0,
-    decoder_bias=True, classifier_bias=False, classifier_activation="gelu",
+    attention_bias=False, attention_dropout=0.0, local_attention=128, embedding_dropout=0.0, mlp_bias=False,
+    mlp_dropout=0.0, decoder_bias=True, classifier_bias=False, classifier_activation="gelu",
 )
 
 MODERNBERT = HFModel(
@@ -100,7 +147,7 @@ MODERNBERT = HFModel(
     defaults=MODERNBERT_DEFAULTS, tokenizer="PreTrainedTokenizerFast",
     required=dict(norm_bias=False, attention_bias=False, mlp_bias=False, decoder_bias=True, classifier_bias=False,
                   classifier_activation="gelu", attention_dropout=0.0, embedding_dropout=0.0, mlp_dropout=0.0),
-    translations=(SpecialTokens(),),
+    translations=(LayerKinds(), SpecialTokens()),
     tied={"decoder.weight": "model.embeddings.tok_embeddings.weight"},
 )
 

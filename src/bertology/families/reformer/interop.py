@@ -8,7 +8,9 @@ bias: `self_attention.query_key` and `value` in an LSH layer, `query`, `key` and
 local one (the rows of the kind a layer lacks are skipped); the final norm over the two streams
 is `reformer.encoder.layer_norm` (2H); axial position tables are `position_embeddings.weights.{k}`
 in HF's broadcastable shapes, which ours keep; the head's `lm_head.decoder` has no bias, its
-bias being `lm_head.bias` (HF ties `decoder.bias` to it and saves only the latter).
+bias being `lm_head.bias` (HF ties `decoder.bias` to it and saves only the latter). transformers 5
+(5.23) dropped that tie and its head never adds `lm_head.bias`; we keep it, as transformers 4 and
+the original Reformer compute it, so our logits differ from 5's by that bias.
 
 The Reformer's own settings (`Settings`: attention layer kinds, hashing, chunks, axial shape,
 causality, ...) are one key for one key in `ReformerSettings`; HF's `num_hidden_layers` is the

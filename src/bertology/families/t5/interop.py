@@ -82,11 +82,25 @@ class FeedForwardProj:
 
 @dataclasses.dataclass(frozen=True)
 class TiedOutput:
-    """T5 v1.0 ties its output layer to the token table (and scales the decoder states by
-    d_model**-0.5); v1.1 and mT5 have an untied `lm_head`: our `model.tie_embeddings`."""
+    """T5 v1.0 ties its output layer to the token table and scales the decoder states by
+    d_model**-0.5; v1.1 and mT5 have an untied `lm_head` and no scaling: our `model.tie_embeddings`.
+
+    transformers 5 writes `tie_word_embeddings: true` for every T5 and mT5 (it ties `lm_head` only
+    where the checkpoint holds none, or one equal to the token table), keeps T5's scaling in
+    `scale_decoder_outputs`, and never scales mT5. So the scaling is read from
+    `scale_decoder_outputs` where a config has it, an mT5 config that transformers 5 wrote is
+    unscaled, and `default` is the type's value where config.json has neither key. Export writes
+    `tie_word_embeddings`, which both lines read as this switch."""
+
+    default: bool
+    scales_before_v5_only: bool = False
 
     def from_hf(self, hf: BySource, block: Block, where: dict[str, str]) -> None:
-        block["tie_embeddings"] = bool(hf_config._main(hf)["tie_word_embeddings"])
+        main = hf_config._main(hf)
+        scaled = main.get("scale_decoder_outputs", main.get("tie_word_embeddings", self.default))
+        if self.scales_before_v5_only and int(str(main.get("transformers_version", "4")).split(".")[0]) >= 5:
+            scaled = False
+        block["tie_embeddings"] = bool(scaled)
 
     def to_hf(self, block: Block, cfg: TransformerConfig, hf: HFConfig, tokenizer: Tokenizer | None) -> None:
         hf["tie_word_embeddings"] = bool(block.get("tie_embeddings", True))
@@ -111,7 +125,7 @@ T5_FIXED = {**{k: v for k, v in CORE.items() if k not in ("head_size", "activati
 
 T5_DEFAULTS = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
                    relative_attention_num_buckets=32, relative_attention_max_distance=128,
-                   dropout_rate=0.1, layer_norm_epsilon=1e-6, feed_forward_proj="relu", tie_word_embeddings=True)
+                   dropout_rate=0.1, layer_norm_epsilon=1e-6, feed_forward_proj="relu")
 
 
 GATED = "ffn_0/intermediate_linear"  # the module only v1.1's gated feed-forward has
@@ -131,22 +145,23 @@ def _t5_layout() -> tuple[names.Part, ...]:
     return (*parts, names.Part("model", "", "", (T5_HEAD,), trunk=True))
 
 
-def _t5(model_type: str, architecture: str, defaults: dict[str, Any]) -> HFModel:
+def _t5(model_type: str, architecture: str, defaults: dict[str, Any], tied: TiedOutput) -> HFModel:
     return HFModel(
         model_type, "t5", {"model": architecture}, layout=_t5_layout(), prefix="", keys=T5_KEYS,
         activation=("feed_forward_proj", {"relu": "relu", "gated-gelu": "gated_gelu", "gelu": "gelu"}),
         fixed=T5_FIXED, imported={"pooler": False, "init_scheme": "fan_in"}, defaults=defaults, tokenizer="T5Tokenizer",
         written={"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0, "is_encoder_decoder": True},
         translations=(HeadSize(), hf_config.OneDropout(), FeedForwardProj(),
-                      TiedOutput(), hf_config.DecoderDepth("num_decoder_layers")),
+                      tied, hf_config.DecoderDepth("num_decoder_layers")),
         tied={"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight"},
+        tied_if_absent={"lm_head.weight": "shared.weight"},
     )
 
 
-T5 = _t5("t5", "T5ForConditionalGeneration", T5_DEFAULTS)
+T5 = _t5("t5", "T5ForConditionalGeneration", T5_DEFAULTS, TiedOutput(default=True))
 MT5 = _t5("mt5", "MT5ForConditionalGeneration",
           {**T5_DEFAULTS, "vocab_size": 250112, "d_ff": 1024, "num_layers": 8, "num_heads": 6,
-           "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False})
+           "feed_forward_proj": "gated-gelu"}, TiedOutput(default=False, scales_before_v5_only=True))
 
 
 HF_RECORDS = (T5, MT5)

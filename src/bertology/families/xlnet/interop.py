@@ -37,7 +37,7 @@ XLNET = HFModel(
     activation=("ff_activation", {**GELUS, "relu": "relu"}),
     fixed={**RELATIVE, "scale_embeddings": False}, imported={"pooler": False},
     defaults=dict(vocab_size=32000, d_model=1024, n_layer=24, n_head=16, d_head=64, ff_activation="gelu",
-                  d_inner=4096, untie_r=True, attn_type="bi", initializer_range=0.02, layer_norm_eps=1e-12,
+                  d_inner=4096, attn_type="bi", initializer_range=0.02, layer_norm_eps=1e-12,
                   dropout=0.1, mem_len=512, reuse_len=None, bi_data=False, clamp_len=-1, same_length=False,
                   tie_word_embeddings=True),
     tokenizer="XLNetTokenizer", required={"attn_type": "bi", "tie_word_embeddings": True},
