@@ -263,6 +263,43 @@ def test_cli_import_and_export(tmp_path):
     assert transformers.AutoTokenizer.from_pretrained(tmp_path / "out").tokenize("The the") == ["the", "the"]
 
 
+def test_export_writes_a_model_card_of_the_run(pretrained, tmp_path):
+    """The README.md an export writes is a model card the Hub's tools read (front matter), with the
+    run's own numbers: the exported step and its last logged loss; BERT does not generate, so no
+    generation_config.json."""
+    from huggingface_hub import ModelCard
+
+    from bertology.train.metrics import read_steps
+
+    (out,) = export_hf(pretrained, tmp_path / "out")
+    card = ModelCard.load(out / "README.md")
+    assert card.data.library_name == "transformers" and "bertology" in card.data.tags
+    step, last = max(read_steps(pretrained / "metrics.jsonl").items())
+    assert step == 3 and f"at step {step}," in card.text and "`BertForPreTraining`" in card.text
+    assert f"| `loss` | {json.dumps(last['loss'])} |" in card.text
+    assert "| `num_layers` |" in card.text and not (out / "generation_config.json").exists()
+
+
+def test_sentence_transformers_export_gives_the_features_sentence_vectors(pretrained, tmp_path):
+    """A run exported for sentence-transformers (through the CLI) loads as a SentenceTransformer
+    whose embeddings are the sentence vectors `bertology.features` computes: the same tokens, the
+    same encoder, mean pooling over the real tokens."""
+    from sentence_transformers import SentenceTransformer
+
+    from bertology.features import extract
+
+    r = _convert("--to", "sentence-transformers", "--in", pretrained, "--out", tmp_path / "st")
+    assert r.returncode == 0 and r.stdout.strip() == f"exported {tmp_path / 'st'}", r.stderr
+    model = SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    texts = ["the film is a delight", "a dull , lifeless and tedious movie that never ends", "x"]
+    theirs = model.encode(texts, convert_to_numpy=True)
+    ours = extract(pretrained, texts, max_seq_length=model.max_seq_length)["sentence"]
+    hidden = json.loads((pretrained / "config.json").read_text())["model"]["hidden_size"]
+    assert model.max_seq_length == 32 and theirs.shape == ours.shape == (3, hidden)
+    np.testing.assert_allclose(theirs, ours, atol=1e-5)
+    assert np.abs(ours[0] - ours[1]).max() > 1e-2  # the sentences' vectors differ: pooling reads the tokens
+
+
 def test_cli_error_is_one_line(tmp_path):
     r = _convert("--from", "hf", "--in", tmp_path / "missing", "--out", tmp_path / "run")
     assert r.returncode == 2 and "Traceback" not in r.stderr

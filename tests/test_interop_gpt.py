@@ -150,6 +150,9 @@ def test_export_loads_in_transformers_and_round_trips(model_type, tmp_path):
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert hf_tokenizer(text)["input_ids"] == tokenizer.encode(text)
     assert hf_model.config.eos_token_id == tokenizer.eos_id
+    # generate() reads its special tokens from generation_config.json
+    assert hf_model.generation_config.eos_token_id == tokenizer.eos_id == json.loads(
+        (out / "generation_config.json").read_text())["eos_token_id"]
 
     vocab_size = block["vocab_size"]
     batch = left_padded(vocab_size)

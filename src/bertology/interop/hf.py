@@ -30,7 +30,7 @@ from bertology import models
 from bertology.data.tokenizers import Tokenizer, load_tokenizer, tokenizer_files
 from bertology.errors import UserError
 from bertology.files import atomic_copy, atomic_file, atomic_write, new_directory
-from bertology.interop import hf_config, names, records
+from bertology.interop import card, hf_config, names, records
 from bertology.train.checkpoint import Checkpointer, load_params, read_json
 
 # HF buffers some checkpoints carry (GPT-2's causal masks among them); not parameters
@@ -278,9 +278,11 @@ def _export_tokenizer(files: list[pathlib.Path], tokenizer: Tokenizer, target: p
 
 def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path, step: int | None = None) -> list[pathlib.Path]:
     """Write the run in `workdir` as HF checkpoint directories (ELECTRA: `discriminator/` and
-    `generator/` under `out_dir`, else `out_dir` itself); returns them."""
+    `generator/` under `out_dir`, else `out_dir` itself), each with the run's tokenizer files, a
+    model card and, for a model that generates, a generation_config.json; returns them."""
     workdir, out_dir = pathlib.Path(workdir), pathlib.Path(out_dir)
     params, run_config = load_params(workdir, step)
+    exported = card.exported_step(workdir, step)
     block = run_config["model"]
     record = records.for_run(block)
     files, tokenizer = _run_tokenizer(run_config.get("data", {}).get("vocab"))
@@ -303,12 +305,17 @@ def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path, step: in
         # HF's loaders start from config.json: it goes first and comes back last, so a directory
         # being rewritten (or left by a killed export) is no checkpoint, never new weights under an
         # old config. A previous export's files that this one does not write go too.
-        for name in ("config.json", "model.safetensors", "tokenizer_config.json", *WORDPIECE, *SENTENCEPIECE, *BYTE_BPE):
+        for name in ("config.json", "model.safetensors", "tokenizer_config.json", *WORDPIECE, *SENTENCEPIECE, *BYTE_BPE,
+                     "README.md", "generation_config.json"):
             (target / name).unlink(missing_ok=True)
         with atomic_file(target / "model.safetensors") as tmp:
             _safetensors_numpy().save_file(state[source], str(tmp), metadata={"format": "pt"})
         if tokenizer is not None:
             _export_tokenizer(files, tokenizer, target)
+        atomic_write(target / "README.md", card.model_card(workdir, run_config, exported, record.model_type,
+                                                            record.architectures[source]))
+        if record.generates:
+            atomic_write(target / "generation_config.json", json.dumps(card.generation_config(hf_configs[source]), indent=2))
         atomic_write(target / "config.json", json.dumps(hf_configs[source], indent=2))
         written.append(target)
     return written

@@ -70,6 +70,8 @@ class HFModel:
     - `pooler`: the HF name of the pooler's weight, whose presence decides `model.pooler`.
     - `tokenizer`: the HF tokenizer class of a checkpoint without a tokenizer_config.json naming one.
     - `source_configs`: how to get the config of a source other than the trunk's (ELECTRA's generator).
+    - `generates`: its architecture generates text (transformers' `can_generate`), so an export
+      writes a generation_config.json.
     """
 
     model_type: str
@@ -91,6 +93,7 @@ class HFModel:
     pooler: str | None = None
     source_configs: Mapping[str, Callable[[dict[str, Any]], TransformerConfig]] = dataclasses.field(
         default_factory=dict)
+    generates: bool = False
 
     @property
     def sources(self) -> tuple[str, ...]:

@@ -90,6 +90,7 @@ BART = HFModel(
                   hf_config.SameValue("decoder_ffn_dim", "encoder_ffn_dim", "intermediate_size")),
     tied={"model.encoder.embed_tokens.weight": "model.shared.weight",
           "model.decoder.embed_tokens.weight": "model.shared.weight", "lm_head.weight": "model.shared.weight"},
+    generates=True,
 )
 
 HF_RECORDS = (BART,)

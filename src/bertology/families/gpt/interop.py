@@ -102,6 +102,7 @@ GPT2 = HFModel(
     translations=(FeedForwardWidth("n_inner"), hf_config.SameValue("embd_pdrop", "resid_pdrop", "dropout_rate"),
                   EndOfText()),
     tied={"lm_head.weight": "transformer.wte.weight"},
+    generates=True,
 )
 OPENAI_GPT = HFModel(
     "openai-gpt", "gpt", {"model": "OpenAIGPTLMHeadModel"}, prefix="transformer",
@@ -117,6 +118,7 @@ OPENAI_GPT = HFModel(
     # transformers 5's OpenAIGPTDoubleHeadsModel ties the other way round (its `_tied_weights_keys`
     # is {"transformer.tokens_embed.weight": "lm_head.weight"}), so it saves lm_head.weight alone.
     tied_if_absent={"transformer.tokens_embed.weight": "lm_head.weight"},
+    generates=True,
 )
 
 HF_RECORDS = (GPT2, OPENAI_GPT)

@@ -155,6 +155,7 @@ def _t5(model_type: str, architecture: str, defaults: dict[str, Any], tied: Tied
                       tied, hf_config.DecoderDepth("num_decoder_layers")),
         tied={"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight"},
         tied_if_absent={"lm_head.weight": "shared.weight"},
+        generates=True,
     )
 
 

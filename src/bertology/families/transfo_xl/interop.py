@@ -52,6 +52,7 @@ TRANSFO_XL = HFModel(
                                        ("same_length", "same_length", False), ("untie_r", "untie_r", True))),
                   hf_config.SameValue("d_embed", "d_model", "hidden_size")),
     tied={"crit.out_layers.0.weight": "transformer.word_emb.emb_layers.0.weight"},
+    generates=True,
 )
 
 HF_RECORDS = (TRANSFO_XL,)

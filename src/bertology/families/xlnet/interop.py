@@ -46,6 +46,7 @@ XLNET = HFModel(
                                        ("clamp_len", "clamp_len", -1), ("bi_data", "bi_data", False)), untied=True),
                   hf_config.OneDropout()),
     tied={"lm_loss.weight": "transformer.word_embedding.weight"},
+    generates=True,
 )
 
 HF_RECORDS = (XLNET,)
