@@ -2,7 +2,7 @@
 a model card (`README.md`, the page the Hub shows) and, for a model that generates, a
 `generation_config.json`.
 
-The card is read from the run itself (its config.json, checkpoints and metrics.jsonl), so the
+The card is read from the run itself (its config.json, the exported step and metrics.jsonl), so the
 numbers a reader sees are the run's: the model block, what it trained on, for how many steps, and
 its last training and evaluation metrics at the exported step.
 """
@@ -19,13 +19,6 @@ from bertology.train.metrics import read_steps
 HEADLINE = ("family", "hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
 # HF config keys a generation_config.json takes from the model's config.json
 GENERATION_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
-
-
-def exported_step(workdir: pathlib.Path, step: int | None) -> int:
-    """The checkpoint step an export reads: `step`, or the run's latest."""
-    if step is not None:
-        return step
-    return max(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
 
 
 def _metrics(workdir: pathlib.Path, step: int) -> tuple[tuple[int, dict] | None, tuple[int, dict] | None]:

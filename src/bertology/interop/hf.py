@@ -31,7 +31,7 @@ from bertology.data.tokenizers import Tokenizer, load_tokenizer, tokenizer_files
 from bertology.errors import UserError
 from bertology.files import atomic_copy, atomic_file, atomic_write, new_directory
 from bertology.interop import card, hf_config, names, records
-from bertology.train.checkpoint import Checkpointer, load_params, read_json
+from bertology.train.checkpoint import Checkpointer, load_run, read_json
 
 # HF buffers some checkpoints carry (GPT-2's causal masks among them); not parameters
 BUFFERS = ("position_ids", "token_type_ids", ".attn.bias", ".attn.masked_bias")
@@ -281,8 +281,7 @@ def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path, step: in
     `generator/` under `out_dir`, else `out_dir` itself), each with the run's tokenizer files, a
     model card and, for a model that generates, a generation_config.json; returns them."""
     workdir, out_dir = pathlib.Path(workdir), pathlib.Path(out_dir)
-    params, run_config = load_params(workdir, step)
-    exported = card.exported_step(workdir, step)
+    params, run_config, exported = load_run(workdir, step)
     block = run_config["model"]
     record = records.for_run(block)
     files, tokenizer = _run_tokenizer(run_config.get("data", {}).get("vocab"))

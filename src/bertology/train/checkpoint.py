@@ -297,6 +297,12 @@ def load_params(workdir: str | pathlib.Path, step: int | None = None) -> tuple[A
 
     `workdir` is what `bertology.pretrain --workdir` wrote: `config.json` and `checkpoints/`.
     """
+    params, config, _ = load_run(workdir, step)
+    return params, config
+
+
+def load_run(workdir: str | pathlib.Path, step: int | None = None) -> tuple[Any, dict, int]:
+    """`load_params`, and the step it read (`step`, or the latest): what an export's model card names."""
     workdir = pathlib.Path(workdir)
     config_file = workdir / "config.json"
     if not config_file.exists():
@@ -318,7 +324,7 @@ def load_params(workdir: str | pathlib.Path, step: int | None = None) -> tuple[A
                 partial_restore=True))
         )
     params = jax.tree.map(np.asarray, restored["state"]["params"])
-    return params, read_json(config_file, "pass the --workdir of a bertology run, or restore its config.json")
+    return params, read_json(config_file, "pass the --workdir of a bertology run, or restore its config.json"), step
 
 
 
