@@ -11,6 +11,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
+from etils import epath
+
 _UMASK = os.umask(0o22)
 os.umask(_UMASK)  # read once: mkstemp and mkdtemp create private (0600/0700) entries; ours get the usual modes
 
@@ -40,6 +42,14 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> pathlib.Path:
     return pathlib.Path(path)
 
 
+def replace_text(path: str | os.PathLike, text: str) -> None:
+    """`atomic_write` for a path that may be on object storage (gs://), where a write is whole by itself."""
+    if is_remote(path):
+        epath.Path(path).write_text(text)
+    else:
+        atomic_write(path, text)
+
+
 def atomic_copy(source: str | os.PathLike, path: str | os.PathLike) -> pathlib.Path:
     """`shutil.copyfile` through a temporary name."""
     with atomic_file(path) as tmp:
@@ -62,3 +72,8 @@ def new_directory(path: str | os.PathLike) -> Iterator[pathlib.Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """A cloud path (gs://, s3://): no appends, no renames, no local-file APIs."""
+    return "://" in str(path)

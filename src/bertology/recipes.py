@@ -11,6 +11,7 @@ import ml_collections
 from ml_collections.config_dict import placeholder
 
 from bertology.train.sharding import mesh_config
+from bertology.train.trackers import logging_config
 
 SMALL_PRESETS = ("tiny", "mini", "small", "medium")
 
@@ -53,6 +54,9 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
 
     c.data = ml_collections.ConfigDict(dict(
         corpus=placeholder(str),  # a text file or directory; None: the embedded default corpus
+        # instead of corpus, a mixture: ({"path": ..., "weight": ...}, ...), each row drawn from corpus i with
+        # probability weight_i / sum of the weights (data/pipeline.py)
+        corpora=(),
         text_column="text",  # a parquet, Arrow or save_to_disk corpus's text (Hugging Face datasets)
         vocab=placeholder(str),  # vocab.txt or sentencepiece .model; None: the shipped 8k WordPiece
         cache_dir=placeholder(str),  # where tokenized corpora are kept; None: ~/.cache/bertology/tfds
@@ -96,6 +100,7 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
     c.mesh = mesh_config(strategy="tp", shape=(-1, 1))
 
     c.log_every = 50 if paper else 20
+    c.logging = logging_config()  # W&B and trackio beside metrics.jsonl and TensorBoard (train/trackers.py)
     c.eval_every = 10_000 if paper else 200
     c.eval_batches = 4
     c.checkpoint_every = 10_000 if paper else 200

@@ -41,8 +41,9 @@ from orbax.checkpoint._src.metadata import array_metadata_store
 from orbax.checkpoint._src.serialization.type_handler_registry import GLOBAL_TYPE_HANDLER_REGISTRY
 
 from bertology.errors import UserError
+from bertology.files import is_remote
 from bertology.train.distributed import any_process
-from bertology.train.metrics import is_remote, log
+from bertology.train.metrics import log
 
 # What the divergence messages (here and in the train loop) suggest.
 DIVERGENCE_HINT = ("try a lower optimizer.learning_rate, more optimizer.warmup_steps, or model.dtype=float32, and "

@@ -56,6 +56,7 @@ from bertology.train import sharding
 from bertology.train.checkpoint import check_shapes, load_params
 from bertology.train.metrics import log
 from bertology.train.teacher import Teacher
+from bertology.train.trackers import logging_config
 
 
 def default_config(task: str) -> ml_collections.ConfigDict:
@@ -72,6 +73,7 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     c.grad_accum_steps = 1  # microbatches per step (exact: the full batch's gradient)
     c.eval_batch_size = 64
     c.log_every = 20
+    c.logging = logging_config()  # W&B and trackio beside metrics.jsonl and TensorBoard (train/trackers.py)
     c.eval_every = 0  # steps between evaluations; 0: only at the end
     c.checkpoint_every = 1000  # and at the last step; a rerun in the same workdir resumes
     c.checkpoint_every_minutes = 0.0  # and after this many minutes (0: off)

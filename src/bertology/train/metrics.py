@@ -1,4 +1,5 @@
-"""Metrics a person can follow and tools can read: log lines, metrics.jsonl, TensorBoard.
+"""Metrics a person can follow and tools can read: log lines, metrics.jsonl, TensorBoard, and
+the experiment trackers a config names (`bertology.train.trackers`).
 
 TensorBoard event files are written with tensorboardX, which needs no TensorFlow. Only process 0
 writes; other processes get a writer that does nothing.
@@ -21,10 +22,13 @@ import pathlib
 import sys
 import tempfile
 import time
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import jax
 from etils import epath
+
+from bertology.files import is_remote
+from bertology.train.trackers import Tracker
 
 
 def log(message: str) -> None:
@@ -40,11 +44,14 @@ def format_duration(seconds: float) -> str:
 
 
 class MetricsWriter:
-    """Appends `{"step": s, **metrics}` lines to workdir/metrics.jsonl and TensorBoard scalars,
-    after dropping the file's rows with step > `after_step` (None: keep every row)."""
+    """Appends `{"step": s, **metrics}` lines to workdir/metrics.jsonl, TensorBoard scalars and
+    the `trackers`' rows, after dropping the file's rows with step > `after_step` (None: keep every
+    row). Closes the trackers with itself."""
 
-    def __init__(self, workdir: str | pathlib.Path, after_step: int | None = None):
+    def __init__(self, workdir: str | pathlib.Path, after_step: int | None = None,
+                 trackers: Sequence[Tracker] = ()):
         self.enabled = jax.process_index() == 0
+        self._trackers = trackers
         if not self.enabled:
             return
         from tensorboardX import SummaryWriter
@@ -71,6 +78,8 @@ class MetricsWriter:
         self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **row}) + "\n")
         for k, v in row.items():
             self._tb.add_scalar(k, v, int(step))
+        for tracker in self._trackers:
+            tracker.log(int(step), row)
 
     def steps(self) -> dict[int, dict[str, float]]:
         """Every step in metrics.jsonl (this run's and those of the runs it resumed), in order,
@@ -91,6 +100,8 @@ class MetricsWriter:
             self._jsonl.close()
             self._tb.close()
             self.flush()
+            for tracker in self._trackers:
+                tracker.close()
 
 
 def read_steps(path: pathlib.Path) -> dict[int, dict[str, float]]:
@@ -101,8 +112,3 @@ def read_steps(path: pathlib.Path) -> dict[int, dict[str, float]]:
         row = json.loads(line)
         merged.setdefault(row.pop("step"), {}).update(row)
     return dict(sorted(merged.items()))
-
-
-def is_remote(path: str | pathlib.Path | epath.Path) -> bool:
-    """A cloud path (gs://, s3://): no appends, no local-file APIs."""
-    return "://" in str(path)

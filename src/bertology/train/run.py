@@ -67,14 +67,15 @@ from etils import epath
 from bertology.data.embedded import DEFAULT_VOCAB
 from bertology.data.tokenizers import for_data
 from bertology.errors import SIGTERM_RECEIVED, Diverged, UserError
-from bertology.files import atomic_write
+from bertology.files import is_remote, replace_text
 from bertology.objectives import Objective, Terms, summed
 from bertology.train import sharding
 from bertology.train.checkpoint import DIVERGENCE_HINT, Checkpointer, check_shapes
 from bertology.train.distributed import any_process
-from bertology.train.metrics import MetricsWriter, format_duration, is_remote, log
+from bertology.train.metrics import MetricsWriter, format_duration, log
 from bertology.train.step import CARRY, State, fresh_state, make_train_step, param_init, with_carry
 from bertology.train.teacher import Teacher, WithTeacher
+from bertology.train.trackers import open_trackers
 
 # The train state's count of steps not applied because their loss or gradient was not finite.
 SKIPPED = "skipped_steps"
@@ -86,7 +87,8 @@ MAX_NONFINITE_STEPS = 5
 # change what is logged, evaluated or kept, or where the run is placed, never what it computes.
 # (total_steps is not among them: the learning-rate schedule is a function of it.)
 SAFE_TO_CHANGE = ("log_every", "eval_every", "eval_batches", "eval", "checkpoint_every", "checkpoint_every_minutes",
-                  "keep_checkpoints", "max_nonfinite_steps", "allow_config_change", "mesh", "data.cache_dir")
+                  "keep_checkpoints", "max_nonfinite_steps", "allow_config_change", "mesh", "data.cache_dir",
+                  "logging")
 
 
 class Batches(Protocol):
@@ -120,11 +122,7 @@ def write_config(config: ml_collections.ConfigDict, workdir: epath.Path) -> None
     write is whole by itself)."""
     if jax.process_index() == 0:
         workdir.mkdir(parents=True, exist_ok=True)
-        text = config.to_json_best_effort(indent=2)
-        if is_remote(workdir):
-            (workdir / "config.json").write_text(text)
-        else:
-            atomic_write(workdir / "config.json", text)
+        replace_text(workdir / "config.json", config.to_json_best_effort(indent=2))
 
 
 def check_config_drift(config: ml_collections.ConfigDict, workdir: epath.Path) -> None:
@@ -574,7 +572,8 @@ def setup(
             in_shardings=(shardings["params"], batch_sharding, eval_carry_shardings, *frozen_shardings),
             out_shardings=(replicated, eval_carry_shardings),
         )
-        writer = MetricsWriter(workdir, after_step=0 if resumed is None else resumed[0])
+        writer = MetricsWriter(workdir, after_step=0 if resumed is None else resumed[0],
+                               trackers=open_trackers(config, workdir) if jax.process_index() == 0 else ())
         cleanup.callback(writer.close)
         cleanup.callback(checkpointer.wait)
         yield Run(config=config, mesh=mesh, rules=rules, key=key, objective=objective, state=state,
