@@ -137,3 +137,12 @@ def test_a_tracker_that_is_not_installed_is_a_one_line_error(tmp_path, monkeypat
         trackers.open_trackers(config, epath.Path(tmp_path))
     assert not (tmp_path / "trackers.json").exists(), "nothing is recorded for a tracker that never opened"
     assert trackers.open_trackers(tiny_config(), epath.Path(tmp_path)) == [], "no project named: no tracker"
+
+
+def test_an_unknown_wandb_mode_is_refused_before_the_run_starts():
+    from bertology import validation
+    from bertology.errors import UserError
+    from helpers import tiny_config
+
+    with pytest.raises(UserError, match=r"logging.wandb.mode='disabled' is not one of 'online', 'offline'"):
+        validation.check(tiny_config(**{"logging.wandb.mode": "disabled"}))

@@ -79,6 +79,7 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("eval_batch_size", _integer(1), "examples per evaluation batch"),
     ("grad_accum_steps", _integer(1), "microbatches per step; 1 turns accumulation off"),
     ("log_every", _integer(1), "steps between log lines"),
+    ("logging.wandb.mode", _one_of("online", "offline"), "online, or offline to keep the W&B run in the workdir"),
     ("checkpoint_every", _integer(1), "steps between checkpoints"),
     ("checkpoint_every_minutes", _number(0, math.inf), "minutes between timed checkpoints; 0 turns them off"),
     ("keep_checkpoints", _integer(1), "how many checkpoints to keep"),

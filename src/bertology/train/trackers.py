@@ -55,8 +55,6 @@ class WandbTracker:
     def __init__(self, settings: ml_collections.ConfigDict, run_id: str, name: str, workdir: epath.Path,
                  config: dict[str, Any]):
         wandb = _require("wandb")
-        if settings.mode not in ("online", "offline"):
-            raise UserError(f"logging.wandb.mode={settings.mode!r}; use online or offline")
         # W&B keeps its files in a local directory: the workdir's, or on gs:// its default (./wandb)
         self._run = wandb.init(project=settings.project, entity=settings.entity, id=run_id, name=name,
                                resume="allow", mode=settings.mode, config=config,
