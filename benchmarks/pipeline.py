@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     read_s = time.perf_counter() - t  # opening the shards (documents are read as the stream needs them)
     data = ml_collections.ConfigDict(dict(max_seq_length=args.seq_len, max_predictions_per_seq=20, masked_lm_prob=0.15,
                                           short_seq_prob=0.1, masking="dynamic", dupe_factor=1))
-    stream = pipeline.PretrainingStream(docs, tokenizer, data, batch_size=args.batch_size, seed=0)
+    stream = pipeline.PretrainingStream([docs], tokenizer, data, batch_size=args.batch_size, seed=0)
     mesh_cfg = sharding.mesh_config("dp", (-1, 1))
     mesh, rules = sharding.make_mesh(mesh_cfg), sharding.rules_for(mesh_cfg)
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     t = time.perf_counter()
     causal_pass = len(pipeline.make_instances(in_memory, causal_data, tokenizer, np.random.default_rng(0))["input_ids"])
     causal_pack_s = time.perf_counter() - t
-    causal = pipeline.PretrainingStream(docs, tokenizer, causal_data, batch_size=args.batch_size, seed=0)
+    causal = pipeline.PretrainingStream([docs], tokenizer, causal_data, batch_size=args.batch_size, seed=0)
     causal_rows, causal_s, _ = _run(causal, args.passes, mesh, rules)
     out = {"examples_per_s": rows / total_s, "examples": rows, "instances_per_pass": per_pass,
            "read_corpus_s": read_s, "pairing_per_pass_s": pair_s, "pairing_examples_per_s": per_pass / pair_s,
@@ -84,7 +84,7 @@ def _run(stream: pipeline.PretrainingStream, passes: int, mesh: jax.sharding.Mes
     """Rows taken, total seconds and seconds spent assembling device batches, over whole passes."""
     rows, device_s = 0, 0.0
     t = time.perf_counter()
-    while stream.get_state()["pass"] < passes:
+    while stream.get_state()["corpora"][0]["pass"] < passes:
         batch = next(stream)
         d = time.perf_counter()
         jax.block_until_ready(sharding.shard_batch(batch, mesh, rules))

@@ -93,3 +93,53 @@ def test_hugging_face_tables_read_as_the_same_json_lines(tmp_path):
     pq.write_table(pa.Table.from_pylist([{"text": t} for t in texts[:4]] + [{"text": None}]), tmp_path / "holes.parquet")
     with pytest.raises(UserError, match=r"holes.parquet: row 5's 'text' is NoneType, not text"):
         load(tmp_path / "holes.parquet")
+
+
+def _cached_by_load_dataset(cache, home, config, texts, shards):
+    """The train split as `datasets.load_dataset` caches it: CACHE/HOME/CONFIG/0.0.0/HASH/ with
+    dataset_info.json and NAME-train-0000i-of-0000n.arrow (Arrow IPC streams), beside a `map`
+    result (cache-*.arrow) that is no part of the split."""
+    import json
+
+    import pyarrow as pa
+
+    build = cache / home / config / "0.0.0" / "a1b2"
+    build.mkdir(parents=True)
+    size = -(-len(texts) // shards)
+    for i in range(shards):
+        name = f"{home.split('___')[-1]}-train" + (f"-{i:05d}-of-{shards:05d}" if shards > 1 else "") + ".arrow"
+        table = pa.Table.from_pylist([{"text": t} for t in texts[i * size : (i + 1) * size]])
+        with pa.OSFile(str(build / name), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    (build / "cache-0f.arrow").write_bytes(b"not the split")
+    lengths = [len(texts[i * size : (i + 1) * size]) for i in range(shards)]
+    split = {"name": "train", "num_examples": len(texts), **({"shard_lengths": lengths} if shards > 1 else {})}
+    (build / "dataset_info.json").write_text(json.dumps({"dataset_name": home.split("___")[-1], "config_name": config,
+                                                         "splits": {"train": split}}))
+
+
+def test_hf_names_read_the_local_datasets_cache_and_nothing_else(tmp_path, monkeypatch):
+    """`hf:NAME` is the train split `datasets.load_dataset` left in HF_DATASETS_CACHE (the same
+    documents as those texts as JSON lines; a namespace and a snake-cased name found); several
+    cached configs need `hf:NAME:CONFIG`; a dataset not cached is one line saying how to get it."""
+    import json
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    texts = _texts(60)
+    _cached_by_load_dataset(tmp_path / "hf", "someone___tiny_corpus", "default", texts, shards=2)
+    _cached_by_load_dataset(tmp_path / "hf", "wikitext", "small", texts[:30], shards=1)
+    _cached_by_load_dataset(tmp_path / "hf", "wikitext", "large", texts, shards=1)
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in texts) + "\n")
+    tok = load_tokenizer(DEFAULT_VOCAB)
+    load = lambda c: corpus_lib.load_documents(c, tok, DEFAULT_VOCAB, tmp_path / "cache", log=lambda m: None)  # noqa: E731
+    want = load(tmp_path / "c.jsonl")
+    for corpus in ("hf:someone/TinyCorpus", "hf:wikitext:large"):
+        got = load(corpus)
+        for split in ("train", "validation"):
+            assert [[s.tolist() for s in d] for d in got[split]] == [[s.tolist() for s in d] for d in want[split]]
+    with pytest.raises(UserError, match=r"^hf:wikitext: the datasets cache holds the configurations large, small; name "
+                                        r"one, e.g. data.corpus=hf:wikitext:large$"):
+        load("hf:wikitext")
+    with pytest.raises(UserError, match=r"^hf:bookcorpus is not available locally .*datasets.load_dataset\('bookcorpus', "
+                                        r"split='train'\).save_to_disk\(DIR\) and set data.corpus=DIR"):
+        load("hf:bookcorpus")

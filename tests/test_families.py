@@ -336,7 +336,7 @@ def test_packed_instances_flow_through_the_stream():
             for _ in range(60)]
     c = helpers.config("roberta", "tiny").data
     c.update(instances="packed", max_seq_length=64, vocab=None)
-    batch = next(PretrainingStream(docs, tok, c, batch_size=16, seed=0))
+    batch = next(PretrainingStream([docs], tok, c, batch_size=16, seed=0))
     ids, pid, pos = batch["input_ids"], batch["packing_ids"], batch["positions"]
     assert (pid.max(1) >= 2).any()  # rows hold several documents
     for r in range(16):
@@ -367,7 +367,7 @@ def test_every_family_trains_on_packed_rows(family):
     if family == "spanbert":
         c.data.mask_unit = "span"
     c.model.update(vocab_size=tok.vocab_size, dropout_rate=0.0, attention_dropout_rate=0.0)
-    batch = next(PretrainingStream(docs, tok, c.data, batch_size=8, seed=0))
+    batch = next(PretrainingStream([docs], tok, c.data, batch_size=8, seed=0))
     assert (batch["packing_ids"].max(1) >= 2).any()
     if family == "bert":  # packed rows carry no sentence-pair label
         batch["next_sentence_label"] = np.zeros(8, np.int32)

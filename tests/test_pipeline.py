@@ -34,9 +34,9 @@ def same(a, b):
 
 
 def test_batches_are_a_function_of_the_seed():
-    a = take(PretrainingStream(docs(), TOK, cfg(), batch_size=8, seed=1), 20)
-    b = take(PretrainingStream(docs(), TOK, cfg(), batch_size=8, seed=1), 20)
-    c = take(PretrainingStream(docs(), TOK, cfg(), batch_size=8, seed=2), 20)
+    a = take(PretrainingStream([docs()], TOK, cfg(), batch_size=8, seed=1), 20)
+    b = take(PretrainingStream([docs()], TOK, cfg(), batch_size=8, seed=1), 20)
+    c = take(PretrainingStream([docs()], TOK, cfg(), batch_size=8, seed=2), 20)
     assert all(same(x, y) for x, y in zip(a, b))
     assert not all(same(x, y) for x, y in zip(a, c))
     keys = {"input_ids", "segment_ids", "input_mask", "next_sentence_label", "masked_positions", "masked_ids", "masked_weights"}
@@ -44,22 +44,22 @@ def test_batches_are_a_function_of_the_seed():
 
 
 def test_restored_state_continues_the_same_stream():
-    s = PretrainingStream(docs(), TOK, cfg(masking="dynamic"), batch_size=8, seed=0)
+    s = PretrainingStream([docs()], TOK, cfg(masking="dynamic"), batch_size=8, seed=0)
     take(s, 37)  # crosses several passes
     state = s.get_state()
-    assert state["pass"] > 0
+    assert state["corpora"][0]["pass"] > 0
     expected = take(s, 10)
-    r = PretrainingStream(docs(), TOK, cfg(masking="dynamic"), batch_size=8, seed=0)
+    r = PretrainingStream([docs()], TOK, cfg(masking="dynamic"), batch_size=8, seed=0)
     r.set_state(state)
     assert all(same(x, y) for x, y in zip(expected, take(r, 10)))
 
 
 def _pass(stream, p):
-    return stream._build_pass(p)  # the corpus is one window
+    return stream.corpora[0].build(p)  # the corpus is one window
 
 
 def test_static_masking_repeats_every_dupe_factor_passes():
-    s = PretrainingStream(docs(), TOK, cfg(masking="static", dupe_factor=3), batch_size=4, seed=0)
+    s = PretrainingStream([docs()], TOK, cfg(masking="static", dupe_factor=3), batch_size=4, seed=0)
     p0, p1, p3 = _pass(s, 0), _pass(s, 1), _pass(s, 3)
     assert same(p0, p3)  # pass 3 is copy 0 again: exactly dupe_factor distinct copies
     assert not np.array_equal(p0["masked_positions"][:10], p1["masked_positions"][:10])
@@ -67,8 +67,8 @@ def test_static_masking_repeats_every_dupe_factor_passes():
 
 def test_dynamic_masking_draws_new_masks_for_the_same_sequences():
     d = docs()
-    a = PretrainingStream(d, TOK, cfg(masking="dynamic"), batch_size=8, seed=0)
-    b = PretrainingStream(d, TOK, cfg(masking="dynamic"), batch_size=8, seed=0)
+    a = PretrainingStream([d], TOK, cfg(masking="dynamic"), batch_size=8, seed=0)
+    b = PretrainingStream([d], TOK, cfg(masking="dynamic"), batch_size=8, seed=0)
     b.set_state({"pass": 0, "offset": 0, "step": 1000})  # same rows, a later step
     x, y = next(a), next(b)
     # The same unmasked sequences, masked differently.
@@ -86,8 +86,8 @@ def unmask(batch):
 
 
 def test_processes_get_disjoint_rows_of_the_same_global_batch():
-    full = take(PretrainingStream(docs(), TOK, cfg(), batch_size=8, seed=0), 5)
-    parts = [take(PretrainingStream(docs(), TOK, cfg(), batch_size=8, seed=0, process_index=i, process_count=2), 5)
+    full = take(PretrainingStream([docs()], TOK, cfg(), batch_size=8, seed=0), 5)
+    parts = [take(PretrainingStream([docs()], TOK, cfg(), batch_size=8, seed=0, process_index=i, process_count=2), 5)
              for i in range(2)]
     for step in range(5):
         for k in full[step]:
@@ -95,8 +95,8 @@ def test_processes_get_disjoint_rows_of_the_same_global_batch():
 
 
 def test_eval_batches_are_fixed():
-    a = eval_batches(docs(10, 5), TOK, cfg(), batch_size=4, num_batches=3, seed=0)
-    b = eval_batches(docs(10, 5), TOK, cfg(), batch_size=4, num_batches=3, seed=0)
+    a = eval_batches([docs(10, 5)], TOK, cfg(), batch_size=4, num_batches=3, seed=0)
+    b = eval_batches([docs(10, 5)], TOK, cfg(), batch_size=4, num_batches=3, seed=0)
     assert len(a) == 3 and all(same(x, y) for x, y in zip(a, b))
 
 
@@ -104,7 +104,7 @@ def test_unknown_masking_is_a_user_error():
     from bertology.errors import UserError
 
     with pytest.raises(UserError, match="data.masking='sometimes'"):
-        PretrainingStream(docs(), TOK, cfg(masking="sometimes"), batch_size=8, seed=0)
+        PretrainingStream([docs()], TOK, cfg(masking="sometimes"), batch_size=8, seed=0)
 
 
 # ------------------------------------------------------------------ streaming over windows
@@ -123,9 +123,10 @@ class CountingDocuments(list):
 
 
 def test_a_pass_visits_every_document_once_in_shuffled_windows():
-    s = PretrainingStream(docs(40), TOK, cfg(window_documents=8), batch_size=8, seed=0)
-    assert s.windows == 5
-    passes = [[s.window_documents(p, w) for w in range(5)] for p in range(2)]
+    s = PretrainingStream([docs(40)], TOK, cfg(window_documents=8), batch_size=8, seed=0)
+    (corpus,) = s.corpora
+    assert corpus.windows == 5
+    passes = [[corpus.window_documents(p, w) for w in range(5)] for p in range(2)]
     for windows in passes:
         assert sorted(i for w in windows for i in w) == list(range(40))
         assert all(w == sorted(w) for w in windows)  # read in corpus order
@@ -135,36 +136,38 @@ def test_a_pass_visits_every_document_once_in_shuffled_windows():
 
 def test_documents_are_read_one_window_at_a_time():
     d = CountingDocuments(docs(40))
-    s = PretrainingStream(d, TOK, cfg(window_documents=8), batch_size=4, seed=0, prefetch=0)
+    s = PretrainingStream([d], TOK, cfg(window_documents=8), batch_size=4, seed=0, prefetch=0)
     next(s)
-    assert sorted(d.seen) == s.window_documents(0, 0)  # 8 of the 40 documents, nothing else
+    assert sorted(d.seen) == s.corpora[0].window_documents(0, 0)  # 8 of the 40 documents, nothing else
 
 
 @pytest.mark.parametrize("masking", ["static", "dynamic"])
 def test_windowed_stream_resumes_exactly_and_prefetch_changes_nothing(masking):
     c = cfg(masking=masking, window_documents=8)
-    sync = take(PretrainingStream(docs(), TOK, c, batch_size=8, seed=3, prefetch=0), 60)
-    s = PretrainingStream(docs(), TOK, c, batch_size=8, seed=3, prefetch=3)
+    sync = take(PretrainingStream([docs()], TOK, c, batch_size=8, seed=3, prefetch=0), 60)
+    s = PretrainingStream([docs()], TOK, c, batch_size=8, seed=3, prefetch=3)
     ahead = take(s, 37)
     assert all(same(x, y) for x, y in zip(ahead, sync))
     state = s.get_state()
-    assert state["pass"] >= 1 and state["window"] + state["offset"] > 0  # mid-pass, several windows in
-    r = PretrainingStream(docs(), TOK, c, batch_size=8, seed=3)
+    (position,) = state["corpora"]
+    assert position["pass"] >= 1 and position["window"] + position["offset"] > 0  # mid-pass, several windows in
+    r = PretrainingStream([docs()], TOK, c, batch_size=8, seed=3)
     r.set_state(state)
     assert all(same(x, y) for x, y in zip(take(r, 23), sync[37:]))
 
 
 def test_static_masking_repeats_every_window_every_dupe_factor_passes():
-    s = PretrainingStream(docs(), TOK, cfg(masking="static", dupe_factor=2, window_documents=8), batch_size=4, seed=0)
-    for w in range(s.windows):
-        assert same(s._build_pass(0, w), s._build_pass(2, w))
-        assert not same(s._build_pass(0, w), s._build_pass(1, w))
+    s = PretrainingStream([docs()], TOK, cfg(masking="static", dupe_factor=2, window_documents=8), batch_size=4, seed=0)
+    (corpus,) = s.corpora
+    for w in range(corpus.windows):
+        assert same(corpus.build(0, w), corpus.build(2, w))
+        assert not same(corpus.build(0, w), corpus.build(1, w))
 
 
 def test_processes_get_disjoint_rows_of_windowed_batches():
     c = cfg(masking="dynamic", window_documents=8)
-    full = take(PretrainingStream(docs(), TOK, c, batch_size=8, seed=0), 30)
-    parts = [take(PretrainingStream(docs(), TOK, c, batch_size=8, seed=0, process_index=i, process_count=2), 30)
+    full = take(PretrainingStream([docs()], TOK, c, batch_size=8, seed=0), 30)
+    parts = [take(PretrainingStream([docs()], TOK, c, batch_size=8, seed=0, process_index=i, process_count=2), 30)
              for i in range(2)]
     for step in range(30):
         for k in full[step]:
@@ -187,8 +190,8 @@ def test_the_stream_from_array_record_shards_equals_the_stream_from_a_list(tmp_p
     on_disk = corpus_lib.load_documents(tmp_path / "c.txt", tok, DEFAULT_VOCAB, tmp_path / "cache", log=lambda m: None)
     in_memory = [list(d) for d in on_disk["train"]]
     c = cfg(masking="dynamic", window_documents=16)
-    a = take(PretrainingStream(on_disk["train"], tok, c, batch_size=8, seed=0), 12)
-    b = take(PretrainingStream(in_memory, tok, c, batch_size=8, seed=0), 12)
+    a = take(PretrainingStream([on_disk["train"]], tok, c, batch_size=8, seed=0), 12)
+    b = take(PretrainingStream([in_memory], tok, c, batch_size=8, seed=0), 12)
     assert all(same(x, y) for x, y in zip(a, b))
 
 
@@ -197,4 +200,4 @@ def test_an_error_while_prefetching_reaches_the_caller():
 
     empty = [[np.zeros(0, np.int32)] for _ in range(10)]
     with pytest.raises(UserError, match="no training instances"):
-        next(PretrainingStream(empty, TOK, cfg(window_documents=4), batch_size=8, seed=0))
+        next(PretrainingStream([empty], TOK, cfg(window_documents=4), batch_size=8, seed=0))

@@ -123,20 +123,20 @@ def test_prefix_split_is_uniform_and_fresh_every_pass():
 @pytest.mark.parametrize("objective", ["causal", "prefix_lm"])
 def test_lm_streams_are_deterministic_and_resume_exactly(objective):
     documents = docs(12)
-    a = take(PretrainingStream(documents, TOK, cfg(objective=objective), batch_size=8, seed=1), 20)
-    b = take(PretrainingStream(documents, TOK, cfg(objective=objective), batch_size=8, seed=1), 20)
-    c = take(PretrainingStream(documents, TOK, cfg(objective=objective), batch_size=8, seed=2), 20)
+    a = take(PretrainingStream([documents], TOK, cfg(objective=objective), batch_size=8, seed=1), 20)
+    b = take(PretrainingStream([documents], TOK, cfg(objective=objective), batch_size=8, seed=1), 20)
+    c = take(PretrainingStream([documents], TOK, cfg(objective=objective), batch_size=8, seed=2), 20)
     assert all(same(x, y) for x, y in zip(a, b))
     assert not all(same(x, y) for x, y in zip(a, c))
-    s = PretrainingStream(documents, TOK, cfg(objective=objective), batch_size=8, seed=0)
+    s = PretrainingStream([documents], TOK, cfg(objective=objective), batch_size=8, seed=0)
     take(s, 13)
     state = s.get_state()
-    assert state["pass"] >= 2  # resuming across pass boundaries
+    assert state["corpora"][0]["pass"] >= 2  # resuming across pass boundaries
     expected = take(s, 10)
-    r = PretrainingStream(documents, TOK, cfg(objective=objective), batch_size=8, seed=0)
+    r = PretrainingStream([documents], TOK, cfg(objective=objective), batch_size=8, seed=0)
     r.set_state(state)
     assert all(same(x, y) for x, y in zip(expected, take(r, 10)))
-    evals = eval_batches(documents, TOK, cfg(objective=objective), batch_size=4, num_batches=2, seed=0)
+    evals = eval_batches([documents], TOK, cfg(objective=objective), batch_size=4, num_batches=2, seed=0)
     assert len(evals) == 2 and evals[0].keys() == a[0].keys() and evals[0]["input_ids"].shape == (4, 16)
 
 
@@ -144,7 +144,7 @@ def test_unknown_names_are_one_line_user_errors():
     assert {"mlm", "causal", "prefix_lm", "span_corruption", "bart", "mass", "unilm", "bilm"} <= set(transforms.registered())
     names = ", ".join(sorted(transforms.registered()))  # every registered transform is offered
     with pytest.raises(UserError, match=rf"^data.objective='no_such_objective' is unknown; use one of {names}$"):
-        PretrainingStream(docs(), TOK, cfg(objective="no_such_objective"), batch_size=8, seed=0)
+        PretrainingStream([docs()], TOK, cfg(objective="no_such_objective"), batch_size=8, seed=0)
     with pytest.raises(UserError, match=r"data.instances='rows' is unknown; use one of pairs, sentence_pairs, "
                                          r"full_sentences, doc_sentences, packed"):
         transforms.make(cfg(instances="rows"), TOK)
@@ -168,7 +168,7 @@ def test_a_registered_transform_drives_the_stream(monkeypatch):
 
     documents = docs(40)
     rows = {tuple(d[0][:4]) for d in documents if len(d[0]) >= 4}
-    stream = PretrainingStream(documents, TOK, cfg(objective="first_sentences"), batch_size=len(rows), seed=0)
+    stream = PretrainingStream([documents], TOK, cfg(objective="first_sentences"), batch_size=len(rows), seed=0)
     x, y = next(stream), next(stream)
     assert {tuple(r) for r in x["input_ids"]} == rows == {tuple(r) for r in y["input_ids"]}  # a pass each
     assert not np.array_equal(x["noise"], y["noise"])  # corrupted afresh every batch
@@ -216,14 +216,14 @@ def _reference_mlm(documents, c, seed, batch_size, steps):
 def test_mlm_transform_reproduces_the_original_stream(masking):
     documents, c = docs(25), cfg(masking=masking, dupe_factor=2, max_seq_length=32)
     batches, evals = _reference_mlm(documents, c, seed=7, batch_size=8, steps=30)
-    stream = PretrainingStream(documents, TOK, c, batch_size=8, seed=7)
+    stream = PretrainingStream([documents], TOK, c, batch_size=8, seed=7)
     got = take(stream, 30)
-    assert stream.get_state()["pass"] >= 3  # static passes 2 and 3 repeat 0 and 1
+    assert stream.get_state()["corpora"][0]["pass"] >= 3  # static passes 2 and 3 repeat 0 and 1
     for step, (x, y) in enumerate(zip(got, batches)):
         assert x.keys() == y.keys(), step
         for k in x:
             assert x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k]), (step, k)
-    held_out = eval_batches(documents, TOK, c, batch_size=8, num_batches=2, seed=7)
+    held_out = eval_batches([documents], TOK, c, batch_size=8, num_batches=2, seed=7)
     assert all(same(x, y) for x, y in zip(held_out, evals))
 
 
@@ -355,18 +355,18 @@ def test_denoising_streams_resume_exactly(embedded_documents, objective, corpus,
     tok, documents = embedded_documents[corpus]
     documents = documents[:4]
     c = cfg(objective=objective, max_seq_length=32, noise=noise)
-    a = take(PretrainingStream(documents, tok, c, batch_size=8, seed=1), 12)
-    b = take(PretrainingStream(documents, tok, c, batch_size=8, seed=1), 12)
+    a = take(PretrainingStream([documents], tok, c, batch_size=8, seed=1), 12)
+    b = take(PretrainingStream([documents], tok, c, batch_size=8, seed=1), 12)
     assert all(same(x, y) for x, y in zip(a, b))
-    s = PretrainingStream(documents, tok, c, batch_size=8, seed=0)
-    while s.get_state()["pass"] < 1 or s.get_state()["offset"] == 0:  # resume mid-way through pass 1
+    s = PretrainingStream([documents], tok, c, batch_size=8, seed=0)
+    while (position := s.get_state()["corpora"][0])["pass"] < 1 or position["offset"] == 0:  # mid-way through pass 1
         next(s)
     state = s.get_state()
     expected = take(s, 6)
-    r = PretrainingStream(documents, tok, c, batch_size=8, seed=0)
+    r = PretrainingStream([documents], tok, c, batch_size=8, seed=0)
     r.set_state(state)
     assert all(same(x, y) for x, y in zip(expected, take(r, 6)))
-    p0, p1 = s._build_pass(0), s._build_pass(1)
+    p0, p1 = s.corpora[0].build(0), s.corpora[0].build(1)
     assert not same(p0, p1)  # noise drawn afresh every pass
 
 

@@ -181,6 +181,7 @@ def check(config: ml_collections.ConfigDict) -> None:
         raise refuse("data.random_prob", random, f"plus data.mask_prob={mask!r} exceeds 1",
                       "lower one of them (BERT: 0.8 [MASK] and 0.1 random)")
     _check_length(config)
+    _check_corpora(config)
     _check_transform(config)
     _check_batching(config)
     _check_eval(config)
@@ -272,6 +273,39 @@ def _check_length(config: ml_collections.ConfigDict) -> None:
     if length > room:
         raise refuse("data.max_seq_length", length, f"exceeds the model's {room} positions "
                       f"(model.max_position_embeddings={table})", "lower data.max_seq_length or raise the table")
+
+
+def _check_corpora(config: ml_collections.ConfigDict) -> None:
+    """A pretraining mixture (`data.corpora`, `data/pipeline.py`): instead of `data.corpus`, each
+    entry a {"path": ..., "weight": ...} whose path exists (a `tfds:` or `hf:` name is looked up
+    when the corpus is read) and whose weight is a finite number > 0; and an objective that reads
+    rows, since a contiguous one reads one token stream."""
+    entries = get(config, "data.corpora")
+    if entries in (MISSING, None) or not len(entries):
+        return
+    from bertology.data import hub, prepare, transforms
+
+    entries = tuple(entries)
+    example = '--config.data.corpora=\'({"path": "a.txt", "weight": 3}, {"path": "b.parquet", "weight": 1})\''
+    corpus = get(config, "data.corpus")
+    if corpus not in (MISSING, None):
+        raise refuse("data.corpora", entries, f"is set together with data.corpus={corpus!r}",
+                     "set only one: data.corpus for one corpus, or data.corpora for a mixture with data.corpus=None")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or set(entry) != {"path", "weight"} or not isinstance(entry["path"], str):
+            raise refuse(f"data.corpora[{i}]", entry, 'is not {"path": PATH, "weight": NUMBER}',
+                         f"give each corpus its path and weight, e.g. {example}")
+        weight, path = entry["weight"], entry["path"]
+        if not _positive()[1](weight) or not math.isfinite(weight):
+            raise refuse(f"data.corpora[{i}].weight", weight, "is not a finite number > 0",
+                         "give each corpus a weight > 0 (its share of the rows is weight / the sum of the weights)")
+        if not path.startswith((prepare.TFDS_PREFIX, hub.PREFIX)) and not pathlib.Path(path).expanduser().exists():
+            raise refuse(f"data.corpora[{i}].path", path, "does not exist",
+                         "give the path of a text file, table or directory (or tfds:NAME@DIR, hf:NAME)")
+    objective = get(config, "data.objective")
+    if len(entries) > 1 and objective not in (MISSING, None) and transforms.lookup(objective).contiguous:
+        raise refuse("data.corpora", entries, f"mixes rows, but data.objective={objective!r} reads one "
+                     "contiguous token stream", "set data.corpus to one corpus")
 
 
 def _check_transform(config: ml_collections.ConfigDict) -> None:

@@ -1,8 +1,9 @@
 """A local corpus, tokenized once in parallel into sharded array_record and read by index.
 
 Input is a text file or directory in BERT's format, JSON lines, Hugging Face `datasets` tables
-(parquet, Arrow, a `save_to_disk` directory), or a TFDS dataset by name (`prepare.py` has the
-formats and the parallel writer), or a directory prepared already (one
+(parquet, Arrow, a `save_to_disk` directory, or `hf:NAME` from the local `datasets` cache:
+`hub.py`), or a TFDS dataset by name (`prepare.py` has the formats and the parallel writer), or
+a directory prepared already (one
 holding prepare's `meta.json`, e.g. written by the Beam pipeline `bertology.data.beam`), read as
 is. Document g of the corpus is record g of the shards; every ~50th document is held out for
 `validation`, so evaluation never sees training text. `load_documents` returns each split as a
@@ -27,8 +28,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from bertology.data import hub, tables
 from bertology.data import prepare as prepare_lib
-from bertology.data import tables
 from bertology.data.tokenizers import Tokenizer, tokenizer_files
 from bertology.errors import UserError
 
@@ -44,9 +45,11 @@ FORMAT = 2  # 1: one TFDS example per document; 2: prepare.py records in shards
 
 def corpus_files(corpus: str | pathlib.Path) -> list[pathlib.Path]:
     """The files of a corpus path (a file, every file under a directory, sorted, or the Arrow
-    shards of a `save_to_disk` directory, in order)."""
+    shards of a `save_to_disk` directory or of `hf:NAME`'s cached train split, in order)."""
     if str(corpus).startswith(prepare_lib.TFDS_PREFIX):
         return []  # a prepared TFDS dataset: no local text files
+    if str(corpus).startswith(hub.PREFIX):
+        return hub.train_files(str(corpus))
     path = pathlib.Path(corpus).expanduser()
     if not path.exists():
         raise UserError(f"corpus not found: {path}; set data.corpus to a text file or a directory of them")

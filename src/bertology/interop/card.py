@@ -40,7 +40,9 @@ def model_card(workdir: pathlib.Path, run_config: dict[str, Any], step: int, mod
                architecture: str) -> str:
     """The README.md of an export of `workdir` at `step` as HF `model_type` / `architecture`."""
     block, data = run_config["model"], run_config.get("data") or {}
-    trained_on = data.get("corpus") or data.get("task") or ("the embedded corpus" if "objective" in run_config else None)
+    mixture = ", ".join(f"{path} (weight {weight:g})" for path, weight in data.get("corpora") or ())  # loop.resolved's pairs
+    trained_on = (data.get("corpus") or mixture or data.get("task")
+                  or ("the embedded corpus" if "objective" in run_config else None))
     lines = ["---", "library_name: transformers", f"tags: [bertology, {model_type}]", "---", "",
              f"# {workdir.name}", "",
              f"Exported by bertology from the run `{workdir.name}` at step {step}, as transformers' "

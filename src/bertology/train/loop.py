@@ -95,20 +95,35 @@ def resolved(config: ml_collections.ConfigDict) -> tuple[ml_collections.FrozenCo
                         "teacher's")
     config.data.vocab = str(vocab_path)
     validation.check(config)
+    if config.data.get("corpora"):  # a frozen config holds no dicts in tuples: recorded as (path, weight) pairs
+        config.data.corpora = tuple((entry["path"], float(entry["weight"])) for entry in config.data.corpora)
     models.build(config.model)  # the network's own checks (its config's), before any corpus is tokenized
     return ml_collections.FrozenConfigDict(config), tokenizer, start, teacher
 
 
-def shuffled_data(config: ml_collections.ConfigDict, tokenizer: Any,
-                  docs: dict[str, Any]) -> tuple[pipeline.PretrainingStream, list[dict[str, np.ndarray]]]:
-    """Every transform but a contiguous one: the stream of shuffled rows and fixed held-out
-    batches (this process's rows)."""
+def corpora(data: ml_collections.ConfigDict) -> list[tuple[str, float]]:
+    """The corpora pretraining reads and their weights: `data.corpora` (as `resolved` records
+    it, (path, weight) pairs), else `data.corpus` (unset: the embedded corpus) alone."""
+    return [(str(path), float(weight)) for path, weight in data.get("corpora") or ()] or [
+        (str(data.corpus or embedded_corpus_path()), 1.0)]
+
+
+def shuffled_data(config: ml_collections.ConfigDict, tokenizer: Any, docs: list[dict[str, Any]],
+                  mixture: list[tuple[str, float]]) -> tuple[pipeline.PretrainingStream, list[dict[str, np.ndarray]]]:
+    """Every transform but a contiguous one: the stream of shuffled rows mixed from the corpora
+    (`docs`: each one's splits; `mixture`: (path, weight) of each) and fixed held-out batches
+    (this process's rows). A mixture's realised shares are logged every `log_every` steps."""
+    weights = [w for _, w in mixture]
     stream = pipeline.PretrainingStream(
-        docs["train"],
+        [d["train"] for d in docs],
         tokenizer,
         config.data,
         batch_size=config.batch_size,
         seed=config.seed,
+        weights=weights,
+        names=[path for path, _ in mixture],
+        report=log,
+        report_every=config.log_every,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
     )
@@ -116,8 +131,8 @@ def shuffled_data(config: ml_collections.ConfigDict, tokenizer: Any,
     evals = [
         {k: v[rows] for k, v in b.items()}
         for b in pipeline.eval_batches(
-            docs["validation"], tokenizer, config.data, batch_size=config.batch_size,
-            num_batches=config.eval_batches, seed=config.seed,
+            [d["validation"] for d in docs], tokenizer, config.data, batch_size=config.batch_size,
+            num_batches=config.eval_batches, seed=config.seed, weights=weights,
         )
     ]
     return stream, evals
@@ -180,23 +195,25 @@ def prepared(config: ml_collections.ConfigDict,
     workdir = epath.Path(workdir)
     config, tokenizer, start, teacher = resolved(config)
     vocab_path = pathlib.Path(config.data.vocab)
-    corpus = config.data.corpus or embedded_corpus_path()
-    docs = corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log,
-                                     progress=jax.process_index() == 0,  # documents stay on disk, read by index
-                                     text_column=config.data.get("text_column", "text"))
+    mixture = corpora(config.data)
+    docs = [corpus_lib.load_documents(corpus, tokenizer, vocab_path, config.data.cache_dir, log=log,
+                                      progress=jax.process_index() == 0,  # documents stay on disk, read by index
+                                      text_column=config.data.get("text_column", "text"))
+            for corpus, _ in mixture]
     family = models.family(config.model.family)
     transform = transforms.make(config.data, tokenizer)
     eval_block = eval_model_block(config)
     eval_model, eval_carry = None if eval_block is None else models.build(eval_block), None
     if transform.contiguous:
-        (stream, evals), carry = contiguous_data(config, transform, docs), first_carry(family, config.model,
+        (stream, evals), carry = contiguous_data(config, transform, docs[0]), first_carry(family, config.model,
                                                                                        config.batch_size)
         if eval_block is not None:
             eval_carry = first_carry(family, eval_block, config.batch_size)
     else:
-        (stream, evals), carry = shuffled_data(config, tokenizer, docs), None
+        (stream, evals), carry = shuffled_data(config, tokenizer, docs, mixture), None
+    start_position = stream.get_state()
     first = next(stream)
-    stream.set_state({"pass": 0, "window": 0, "offset": 0, "step": 0})
+    stream.set_state(start_position)
 
     def start_params(fresh: Any) -> Any:
         """A new run's parameters: the init checkpoint's, else (a distillation student) the teacher's
