@@ -1,7 +1,6 @@
 """Bad input ends the CLI with one clear line, a non-zero status and no traceback."""
 
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -102,37 +101,3 @@ def test_one_command_runs_every_entry_point(tmp_path):
     (tmp_path / "rte" / "results.json").write_text(json.dumps({"task": "rte", "scores": {"accuracy": 66.0}}))
     card = run("grid", "--score_card", str(tmp_path / "rte"))
     assert card.returncode == 0 and "| rte | accuracy 66.0 | 66.0 |" in card.stdout
-
-
-@pytest.mark.slow
-def test_the_wheel_installs_with_its_assets_and_console_script(tmp_path):
-    """`pip wheel` of the sources holds the package with its shipped vocabularies and the
-    `bertology` console script; installed apart from the sources, it imports from there and runs."""
-    import shutil
-    import zipfile
-
-    source = tmp_path / "source"  # setuptools writes build/ and egg-info beside the sources: build a copy
-    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                            str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "dist").glob("bertology-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert {"bertology/__main__.py", "bertology/data/assets/wordpiece_uncased_8k.txt",
-            "bertology/data/assets/bytebpe_8k/vocab.json"} <= set(names)
-    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "bertology = bertology.__main__:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
-    site = tmp_path / "site"
-    installed = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
-                                str(site), str(wheel)], capture_output=True, text=True, timeout=600)
-    assert installed.returncode == 0, installed.stderr
-    assert (site / "bin" / "bertology").is_file()
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    where = subprocess.run([sys.executable, "-c", "import bertology.data.embedded as e; print(e.DEFAULT_VOCAB)"],
-                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert where.stdout.strip().startswith(str(site)) and pathlib.Path(where.stdout.strip()).is_file()
-    shown = subprocess.run([sys.executable, str(site / "bin" / "bertology"), "--help"], capture_output=True, text=True,
-                           env=env, cwd=tmp_path, timeout=300)
-    assert shown.returncode == 0 and "pretrain" in shown.stdout

@@ -1,3 +1,8 @@
 """bertology: the BERT family in JAX/Flax."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("bertology")  # pyproject.toml's, the one place it is written
+except PackageNotFoundError:  # sources on sys.path that pip never installed
+    __version__ = "0+unknown"

@@ -2,16 +2,20 @@
 
     bertology pretrain --config configs/bert.py:tiny --workdir runs/tiny
     bertology finetune --config configs/finetune/embedded.py --workdir runs/ft
-    bertology --help                  # the commands; `bertology COMMAND --help` for one's flags
+    bertology --help                  # the commands; `bertology COMMAND --help` for one's flags and config keys
+    bertology --version
 
 Each command is the module of the same name (`python -m bertology.pretrain ...` runs the same
-code): this only picks it, so its flags, errors and exit statuses are its own.
+code): this only picks it and hands it the command line as `sys.argv`, so its flags, errors and
+exit statuses are its own.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+
+from bertology import __version__
 
 # command -> what it does (the module `bertology.<command>` runs it)
 COMMANDS = {
@@ -24,13 +28,15 @@ COMMANDS = {
     "features": "contextual embeddings of sentences from any run",
     "tokenizer": "train a tokenizer, or show how one splits some text",
     "analyze": "attention maps, probes, contextual similarity, training curves, loss surfaces",
+    "harness": "score a causal LM, encoder-decoder or UniLM run on lm-evaluation-harness tasks",
 }
 
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {what}" for name, what in COMMANDS.items()]
-    return "usage: bertology COMMAND [flags]   (bertology COMMAND --help: its flags)\n\ncommands:\n" + "\n".join(lines)
+    return ("usage: bertology COMMAND [flags]   (bertology COMMAND --help: its flags; bertology --version)\n\n"
+            "commands:\n" + "\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,12 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"bertology {__version__}")
+        return 0
     command, *rest = argv
     if command not in COMMANDS:
         print(f"bertology: unknown command {command!r}; use one of {', '.join(COMMANDS)} (bertology --help)",
               file=sys.stderr)
         return 2
-    return importlib.import_module(f"bertology.{command}").main([f"bertology {command}", *rest])
+    # sys.argv, as `python -m bertology.<command>` would see it: the absl commands read it with the
+    # program name first, the argparse ones (convert, tokenizer, analyze) without.
+    sys.argv = [f"bertology {command}", *rest]
+    return importlib.import_module(f"bertology.{command}").main()
 
 
 if __name__ == "__main__":

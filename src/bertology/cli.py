@@ -22,12 +22,14 @@ import sys
 from typing import Callable, NoReturn
 
 from absl import flags
-from ml_collections import config_flags
+from ml_collections import ConfigDict, config_flags
 
+from bertology import config_help
 from bertology.errors import SIGTERM_RECEIVED, Diverged, Preempted, UserError
 
 EXIT_DIVERGED = 3
 EXIT_PREEMPTED = 128 + signal.SIGTERM
+HELP_FLAGS = ("-h", "--help")
 
 
 def end_process(status: int) -> NoReturn:
@@ -55,13 +57,14 @@ def _clean(message: str) -> str:
     return message
 
 
-def _config_path(argv: list[str]) -> str:
+def _config_spec(argv: list[str]) -> str | None:
+    """--config's value (`configs/bert.py:tiny`), or None."""
     for i, a in enumerate(argv):
         if a.startswith("--config="):
-            return a.split("=", 1)[1].split(":")[0]
+            return a.split("=", 1)[1]
         if a == "--config" and i + 1 < len(argv):
-            return argv[i + 1].split(":")[0]
-    return "?"
+            return argv[i + 1]
+    return None
 
 
 def _unknown_key(message: str, argv: list[str]) -> str:
@@ -81,9 +84,56 @@ def _preempted(signum: int, frame: object) -> None:
     raise Preempted("stopped by SIGTERM; rerun the same command to resume from the last checkpoint")
 
 
+def wants_help(argv: list[str]) -> bool:
+    """Whether a command line (program name first) asks for help: absl's own FlagValues has no help flag."""
+    return any(a in HELP_FLAGS for a in argv[1:])
+
+
+def flags_help(prog: str, doc: str | None, fv: flags.FlagValues) -> str:
+    """A command's usage: its docstring and its flags with their help texts and defaults."""
+    shown = [f"  --{name}: {fv[name].help} (default: {fv[name].default!r})" for name in fv if fv[name].name == name]
+    return f"usage: {prog} [flags]\n\n{(doc or '').strip()}\n\nflags:\n" + "\n".join(shown)
+
+
+def _load(fv: flags.FlagValues, argv: list[str]) -> ConfigDict | None:
+    """Parse `argv` into `fv`; the loaded config, or None without --config."""
+    try:
+        fv(argv)
+        config = fv.config
+        if config is not None:
+            config.to_dict()  # a config that failed to load only raises when first used
+        return config
+    except (AttributeError, KeyError) as e:  # ml_collections: an override names a missing key
+        raise UserError(_unknown_key(str(e), argv)) from None
+    except OSError:  # ml_collections could not load the config file
+        path = (_config_spec(argv) or "").split(":")[0]
+        raise UserError(f"config file not found: {path}; e.g. --config configs/bert.py:tiny") from None
+
+
+def _help(prog: str, main: Callable[[flags.FlagValues], None], fv: flags.FlagValues, argv: list[str],
+          default_config: Callable[[], ConfigDict] | None) -> None:
+    """Print the command's usage, flags and config keys: --config's if given, else `default_config()`'s."""
+    argv = [a for a in argv if a not in HELP_FLAGS]
+
+    def build() -> ConfigDict | None:
+        config = _load(fv, argv)
+        return default_config() if config is None and default_config else config
+
+    spec = _config_spec(argv)
+    config, docs = config_help.documented(build, spec and spec.split(":")[0])
+    print(flags_help(prog, sys.modules[main.__module__].__doc__, fv))
+    if config is None:
+        print("\nconfig keys: give --config FILE with --help to list them")
+        return
+    print(f"\nconfig: {spec or 'the default (--config FILE --help lists the keys of FILE)'}")
+    print(config_help.describe(config, docs))
+
+
 def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[flags.FlagValues], None] | None = None,
-        argv: list[str] | None = None) -> int:
-    """Parse flags (`--config` plus whatever `define` adds), then call `main(FLAGS)`."""
+        argv: list[str] | None = None, default_config: Callable[[], ConfigDict] | None = None) -> int:
+    """Parse flags (`--config` plus whatever `define` adds), then call `main(FLAGS)`. With --help
+    (or -h) print the usage, the flags and the config's keys (those of `default_config()` when no
+    --config is given) instead, and return 0."""
     argv = sys.argv if argv is None else argv
     fv = flags.FlagValues()
     # sys_argv: the --config.* overrides are read from `argv`, not the process's own command line.
@@ -92,16 +142,10 @@ def run(prog: str, main: Callable[[flags.FlagValues], None], define: Callable[[f
     if define:
         define(fv)
     try:
-        try:
-            fv(argv)
-            config = fv.config
-            if config is not None:
-                config.to_dict()  # a config that failed to load only raises when first used
-        except (AttributeError, KeyError) as e:  # ml_collections: an override names a missing key
-            raise UserError(_unknown_key(str(e), argv)) from None
-        except OSError:  # ml_collections could not load the config file
-            raise UserError(f"config file not found: {_config_path(argv)}; e.g. --config configs/bert.py:tiny") from None
-        if config is None:
+        if wants_help(argv):
+            _help(prog, main, fv, argv, default_config)
+            return 0
+        if _load(fv, argv) is None:
             raise UserError("no --config given; e.g. --config configs/bert.py:tiny")
         SIGTERM_RECEIVED.clear()
         previous = signal.signal(signal.SIGTERM, _preempted)

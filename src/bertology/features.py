@@ -1,6 +1,6 @@
 """Contextual embeddings from any pretraining checkpoint, as a function and a CLI.
 
-    python -m bertology.features --checkpoint runs/tiny --input sentences.txt --out features.npz \
+    python -m bertology.features --checkpoint runs/tiny --input sentences.txt --out features.npz \\
         [--layers=-1] [--max_seq_length=128]
 
 `extract` returns, per sentence, the token vectors of the chosen layers (0 is the embedding
@@ -29,6 +29,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from absl import flags
 
+from bertology import cli
 from bertology.errors import UserError
 from bertology.files import atomic_file
 
@@ -213,8 +214,13 @@ def _flags() -> flags.FlagValues:
     return fv
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
+    argv = sys.argv if argv is None else argv
     fv = _flags()
+    if cli.wants_help(argv):
+        print(cli.flags_help("bertology.features", __doc__, fv))
+        return 0
     try:
         fv(argv)
         if not fv.checkpoint or not fv.input:
@@ -243,4 +249,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

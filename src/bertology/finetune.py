@@ -14,6 +14,7 @@ import pathlib
 import sys
 
 from absl import flags
+from ml_collections import ConfigDict
 
 from bertology import cli
 
@@ -56,12 +57,20 @@ def _summary_main(workdirs: list[str]) -> int:
     return 0
 
 
+def help_config() -> ConfigDict:
+    """What --help lists without --config (here and in bertology.grid): fine-tuning's keys, on the
+    embedded task (each configs/finetune/*.py names a task and changes a few)."""
+    from bertology.train.finetune import default_config
+
+    return default_config("embedded")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
     argv = sys.argv if argv is None else argv
     if argv[1:2] == ["--summary"]:
         return _summary_main(argv[2:])
-    return cli.run("bertology.finetune", _main, _define, argv)
+    return cli.run("bertology.finetune", _main, _define, argv, help_config)
 
 
 if __name__ == "__main__":

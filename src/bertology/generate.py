@@ -18,6 +18,7 @@ import sys
 
 from absl import flags
 
+from bertology import cli
 from bertology.errors import UserError
 
 
@@ -39,8 +40,13 @@ def _flags() -> flags.FlagValues:
     return fv
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
+    argv = sys.argv if argv is None else argv
     fv = _flags()
+    if cli.wants_help(argv):
+        print(cli.flags_help("bertology.generate", __doc__, fv))
+        return 0
     try:
         fv(argv)
         if not fv.checkpoint or bool(fv.prompt) == bool(fv.source):
@@ -63,4 +69,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

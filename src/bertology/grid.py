@@ -1,6 +1,6 @@
 """Fine-tuning results as papers report them: a learning-rate grid, several seeds, the median.
 
-    python -m bertology.grid --config configs/finetune/glue.py:rte --config.init_checkpoint=runs/base \
+    python -m bertology.grid --config configs/finetune/glue.py:rte --config.init_checkpoint=runs/base \\
         --learning_rates 2e-5,3e-5,5e-5 --seeds 5 --workdir runs/rte_grid
     python -m bertology.grid --score_card runs/cola_grid runs/sst2_grid runs/mnli ...
 
@@ -30,6 +30,7 @@ from absl import flags
 from bertology import cli
 from bertology.errors import Preempted, UserError
 from bertology.files import atomic_write
+from bertology.finetune import help_config
 
 # GLUE task -> its leaderboard metrics, in the order the leaderboard prints them (scores' keys).
 GLUE_METRICS = {"cola": ("mcc",), "sst2": ("accuracy",), "mrpc": ("f1", "accuracy"), "stsb": ("pearson", "spearman"),
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bertology.grid: error: {e}", file=sys.stderr)
             return 2
         return 0
-    return cli.run("bertology.grid", _main, _define, argv)
+    return cli.run("bertology.grid", _main, _define, argv, help_config)
 
 
 if __name__ == "__main__":

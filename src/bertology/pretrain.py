@@ -12,6 +12,7 @@ Multi-host: run the same command on every host. On a TPU pod add --distributed; 
 from __future__ import annotations
 
 from absl import flags
+from ml_collections import ConfigDict
 
 from bertology import cli
 
@@ -43,9 +44,18 @@ def _main(fv: flags.FlagValues) -> None:
             f"{history[-1]['loss']:.4f} (step {history[-1]['step']}); metrics in {fv.workdir}/metrics.jsonl")
 
 
+def help_config() -> ConfigDict:
+    """What --help lists without --config: the keys every pretraining config shares, at BERT tiny's
+    values (configs/bert.py:tiny; the configs/ files are not part of the installed package)."""
+    from bertology import recipes
+    from bertology.models.presets import bert_preset
+
+    return recipes.pretraining(bert_preset("tiny"), family="bert", objective="bert", paper=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
-    return cli.run("bertology.pretrain", _main, _define, argv)
+    return cli.run("bertology.pretrain", _main, _define, argv, help_config)
 
 
 if __name__ == "__main__":
