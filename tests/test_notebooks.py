@@ -23,13 +23,32 @@ def output_text(cell) -> str:
 
 @pytest.mark.slow
 @pytest.mark.optimized
-def test_quickstart_notebook_runs(tmp_path):
+def test_quickstart_notebook_runs_and_the_analysis_notebook_reads_its_runs(tmp_path):
+    import ast
+
+    from bertology.analysis import similarity
+
     nb = execute("quickstart", tmp_path, steps=30)
     text = "".join(output_text(c) for c in nb.cells if c.cell_type == "code")
     first, last = map(float, re.search(r"MLM loss ([\d.]+) -> ([\d.]+)", text).groups())
     assert last < first - 0.5, text  # 30 steps take tiny BERT well below its initial ln(vocab)
     assert (tmp_path / "colab_finetune_pretrained" / "results.json").exists()
     assert (tmp_path / "colab_finetune_scratch" / "results.json").exists()
+
+    # the analysis notebook, on the quickstart's runs (it trains its own only where there are none)
+    nb = execute("analysis", tmp_path, steps=30)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    text = "".join(output_text(c) for c in code)
+    assert f"analysing {tmp_path / 'colab_quickstart'}" in text and not (tmp_path / "colab_analysis").exists()
+    images = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 7, "similarity, head statistics, one sentence's maps, probe, curves, two surfaces"
+    # what it prints is what the library computes for the run
+    sentences = ast.literal_eval(re.search(r"broke = (\[.*?\])", "".join(c.source for c in code), re.S).group(1))
+    fresh = similarity.self_similarity(tmp_path / "colab_quickstart", sentences, "broke")
+    printed = [float(x) for x in re.findall(r"self-similarity (-?[\d.]+)", text)]
+    assert printed == pytest.approx([row["self_similarity"] for row in fresh["layers"]], abs=1e-4)
+    accuracies = [float(x) for x in re.findall(r"probe accuracy ([\d.]+)", text)]
+    assert len(accuracies) == len(fresh["layers"]) and all(0 <= a <= 1 for a in accuracies)
 
 
 @pytest.mark.slow
@@ -39,3 +58,4 @@ def test_converted_checkpoint_notebook_reproduces_minilm(tmp_path):
     # (the cell's output also holds transformers 5's weight-loading progress bar, "[00:00<?, ?it/s]")
     cosines = [float(x) for x in re.search(r"cosine with sentence-transformers: \[([^\]]*)\]", text).group(1).split()]
     assert len(cosines) == 3 and min(cosines) > 0.9999
+
