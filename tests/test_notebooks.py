@@ -1,5 +1,6 @@
 """The Colab notebooks run top to bottom on CPU (shortened by environment variables), so they cannot rot."""
 
+import ast
 import os
 import pathlib
 import re
@@ -24,7 +25,6 @@ def output_text(cell) -> str:
 @pytest.mark.slow
 @pytest.mark.optimized
 def test_quickstart_notebook_runs_and_the_analysis_notebook_reads_its_runs(tmp_path):
-    import ast
 
     from bertology.analysis import similarity
 
@@ -59,3 +59,16 @@ def test_converted_checkpoint_notebook_reproduces_minilm(tmp_path):
     cosines = [float(x) for x in re.search(r"cosine with sentence-transformers: \[([^\]]*)\]", text).group(1).split()]
     assert len(cosines) == 3 and min(cosines) > 0.9999
 
+
+
+@pytest.mark.slow
+def test_sweep_notebook_trains_each_masking_unit_and_plots_them(tmp_path):
+    nb = execute("sweep", tmp_path, steps=3)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    (result,) = [o for o in code[1].outputs if o.output_type == "execute_result"]  # the cell's value, not its log
+    final = ast.literal_eval(result.data["text/plain"])
+    assert sorted(final) == ["entity", "span", "token", "whole_word"]
+    assert all([step for step, _ in points] == [1, 2, 3] for points in final.values())
+    # each unit masks differently, so its held-out batches and their losses differ
+    assert len({points[-1][1] for points in final.values()}) == 4, final
+    assert any("image/png" in o.get("data", {}) for o in code[2].outputs)
