@@ -203,7 +203,7 @@ def import_hf(hf_dir: str | pathlib.Path, workdir: str | pathlib.Path,
     if fresh:
         initial = flatten_dict(jax.jit(_init(model))())
         params.update({k: np.asarray(initial[k]) for k in fresh})
-    known = {r.hf for r in rows} | set(record.tied) | set(record.tied_if_absent)
+    known = {r.hf for r in rows} | set(record.tied) | set(record.tied_if_absent) | set(record.copies)
     unused = sorted(f"{dirs[s]}: {k}" for s, state in tensors.items() for k in state
                     if k not in known and not k.endswith(BUFFERS))
     files = _tokenizer_files(hf_dir, record)
@@ -298,6 +298,8 @@ def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path, step: in
     flat = {k: _to_vocab(np.asarray(v), axes[k], block["vocab_size"]) if k in axes and v.shape == shapes[k] else v
             for k, v in flatten_dict(params).items()}
     state = names.export_state(rows, flat, _vocab_shapes(shapes, axes, block["vocab_size"]), str(workdir))
+    for tensors in state.values():
+        tensors.update({k: tensors[v].copy() for k, v in record.copies.items() if v in tensors})
     written = []
     for source in record.sources:
         target = out_dir / source if len(record.sources) > 1 else out_dir

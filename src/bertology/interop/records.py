@@ -67,6 +67,9 @@ class HFModel:
     - `tied_if_absent`: tensors a checkpoint may omit because transformers ties them to another and
       saves only that one (transformers 5: a T5 v1.1 or mT5 it built itself, without `lm_head`; its
       OpenAI GPT double-heads model, without the token table): on import, a copy of the other.
+    - `copies`: tensors that other transformers versions read under a second name: export also
+      writes each as a copy of its source; import ignores it, reading the source (the Reformer's
+      head bias, `lm_head.bias` in 4.x and `lm_head.decoder.bias` in 5.24).
     - `pooler`: the HF name of the pooler's weight, whose presence decides `model.pooler`.
     - `tokenizer`: the HF tokenizer class of a checkpoint without a tokenizer_config.json naming one.
     - `source_configs`: how to get the config of a source other than the trunk's (ELECTRA's generator).
@@ -90,6 +93,7 @@ class HFModel:
     translations: tuple[Translation, ...] = ()
     tied: Mapping[str, str] = dataclasses.field(default_factory=dict)
     tied_if_absent: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    copies: Mapping[str, str] = dataclasses.field(default_factory=dict)
     pooler: str | None = None
     source_configs: Mapping[str, Callable[[dict[str, Any]], TransformerConfig]] = dataclasses.field(
         default_factory=dict)

@@ -7,10 +7,11 @@ Names: the trunk's layers are `reformer.encoder.layers.{i}`, whose attention pro
 bias: `self_attention.query_key` and `value` in an LSH layer, `query`, `key` and `value` in a
 local one (the rows of the kind a layer lacks are skipped); the final norm over the two streams
 is `reformer.encoder.layer_norm` (2H); axial position tables are `position_embeddings.weights.{k}`
-in HF's broadcastable shapes, which ours keep; the head's `lm_head.decoder` has no bias, its
-bias being `lm_head.bias` (HF ties `decoder.bias` to it and saves only the latter). transformers 5
-(5.23) dropped that tie and its head never adds `lm_head.bias`; we keep it, as transformers 4 and
-the original Reformer compute it, so our logits differ from 5's by that bias.
+in HF's broadcastable shapes, which ours keep. The head's bias is the one each transformers line
+adds, `lm_head.decoder.bias`: 4.x ties it to `lm_head.bias` (and may save only that), 5.24 gives
+the decoder a bias of its own and leaves `lm_head.bias` unused, and 5.23 adds neither (it saves
+`lm_head.bias`, which import reads; our logits then differ from 5.23's by that bias, as 4.x and
+the original Reformer add it). Export writes the bias under both names, so every line reads it.
 
 The Reformer's own settings (`Settings`: attention layer kinds, hashing, chunks, axial shape,
 causality, ...) are one key for one key in `ReformerSettings`; HF's `num_hidden_layers` is the
@@ -102,7 +103,7 @@ REFORMER_LAYER = (
 REFORMER_FINAL_NORM = (("final_norm", "encoder.layer_norm", "norm"),)
 REFORMER_HEAD = (  # relative to the model root
     ("lm_head/decoder", "lm_head.decoder", "dense"),  # no bias on our side: only the weight
-    ("lm_head/bias", "lm_head.bias", "tensor"),
+    ("lm_head/bias", "lm_head.decoder.bias", "tensor"),
 )
 
 # transformers 4.57.6's ReformerConfig() for every key read here
@@ -133,7 +134,8 @@ REFORMER = HFModel(
     defaults=REFORMER_DEFAULTS, tokenizer="ReformerTokenizer",
     required=dict(tie_word_embeddings=False),  # the head is 2H wide: HF cannot tie it either
     translations=(ReformerSettings(),),
-    tied={"lm_head.decoder.bias": "lm_head.bias"},
+    tied_if_absent={"lm_head.decoder.bias": "lm_head.bias"},  # 4.x and 5.23 checkpoints
+    copies={"lm_head.bias": "lm_head.decoder.bias"},
 )
 
 HF_RECORDS = (REFORMER,)
