@@ -95,6 +95,24 @@ def flags_help(prog: str, doc: str | None, fv: flags.FlagValues) -> str:
     return f"usage: {prog} [flags]\n\n{(doc or '').strip()}\n\nflags:\n" + "\n".join(shown)
 
 
+def run_flags(prog: str, doc: str | None, fv: flags.FlagValues, main: Callable[[flags.FlagValues], None],
+              argv: list[str] | None = None) -> int:
+    """A command without a config (features, generate, harness): with --help (or -h) print its
+    usage and flags; else parse `argv` (program name first; default sys.argv) into `fv` and call
+    `main(fv)`. Bad input (a `UserError`, a flag error) ends with one line and status 2."""
+    argv = sys.argv if argv is None else argv
+    if wants_help(argv):
+        print(flags_help(prog, doc, fv))
+        return 0
+    try:
+        fv(argv)
+        main(fv)
+    except (UserError, flags.Error) as e:
+        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _load(fv: flags.FlagValues, argv: list[str]) -> ConfigDict | None:
     """Parse `argv` into `fv`; the loaded config, or None without --config."""
     try:

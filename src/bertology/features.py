@@ -214,38 +214,31 @@ def _flags() -> flags.FlagValues:
     return fv
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
-    argv = sys.argv if argv is None else argv
-    fv = _flags()
-    if cli.wants_help(argv):
-        print(cli.flags_help("bertology.features", __doc__, fv))
-        return 0
-    try:
-        fv(argv)
-        if not fv.checkpoint or not fv.input:
-            raise UserError("--checkpoint and --input are required, e.g. --checkpoint runs/tiny --input sentences.txt")
-        path = pathlib.Path(fv.input)
-        if not path.is_file():
-            raise UserError(f"input file not found: {path}; give a text file with one sentence per line")
-        from bertology.data.corpus import check_text
+def _main(fv: flags.FlagValues) -> None:
+    if not fv.checkpoint or not fv.input:
+        raise UserError("--checkpoint and --input are required, e.g. --checkpoint runs/tiny --input sentences.txt")
+    path = pathlib.Path(fv.input)
+    if not path.is_file():
+        raise UserError(f"input file not found: {path}; give a text file with one sentence per line")
+    from bertology.data.corpus import check_text
 
-        check_text([path])
-        texts = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
-        try:
-            layers = [int(i) for i in fv.layers]
-        except ValueError:
-            raise UserError(f"--layers={','.join(fv.layers)} is not a list of layer numbers; "
-                            "e.g. --layers=-1 or --layers=0,-1") from None
-        out = extract(fv.checkpoint, texts, layers=layers, max_seq_length=fv.max_seq_length)
-    except (UserError, flags.Error) as e:
-        print(f"bertology.features: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
+    check_text([path])
+    texts = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    try:
+        layers = [int(i) for i in fv.layers]
+    except ValueError:
+        raise UserError(f"--layers={','.join(fv.layers)} is not a list of layer numbers; "
+                        "e.g. --layers=-1 or --layers=0,-1") from None
+    out = extract(fv.checkpoint, texts, layers=layers, max_seq_length=fv.max_seq_length)
     path = fv.out if fv.out.endswith(".npz") else fv.out + ".npz"  # the name np.savez would give
     with atomic_file(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **out)
     print(f"wrote {path}: {len(texts)} sentences, sentence vectors {out['sentence'].shape}, tokens {out['tokens'].shape}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
+    return cli.run_flags("bertology.features", __doc__, _flags(), _main, argv)
 
 
 if __name__ == "__main__":

@@ -40,32 +40,25 @@ def _flags() -> flags.FlagValues:
     return fv
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
-    argv = sys.argv if argv is None else argv
-    fv = _flags()
-    if cli.wants_help(argv):
-        print(cli.flags_help("bertology.generate", __doc__, fv))
-        return 0
-    try:
-        fv(argv)
-        if not fv.checkpoint or bool(fv.prompt) == bool(fv.source):
-            raise UserError("--checkpoint and one of --prompt (causal LM) or --source (encoder-decoder, UniLM) are "
-                            "required, e.g. --checkpoint runs/gpt_tiny --prompt 'Return the'")
-        if fv.num_samples < 1:
-            raise UserError(f"--num_samples={fv.num_samples}; ask for at least 1")
-        from bertology.generation import generate_text
+def _main(fv: flags.FlagValues) -> None:
+    if not fv.checkpoint or bool(fv.prompt) == bool(fv.source):
+        raise UserError("--checkpoint and one of --prompt (causal LM) or --source (encoder-decoder, UniLM) are "
+                        "required, e.g. --checkpoint runs/gpt_tiny --prompt 'Return the'")
+    if fv.num_samples < 1:
+        raise UserError(f"--num_samples={fv.num_samples}; ask for at least 1")
+    from bertology.generation import generate_text
 
-        prompts = [p for p in fv.prompt or fv.source for _ in range(fv.num_samples)]
-        texts = generate_text(fv.checkpoint, prompts, sources=bool(fv.source), max_new_tokens=fv.max_new_tokens,
-                              temperature=fv.temperature, top_k=fv.top_k, top_p=fv.top_p, seed=fv.seed,
-                              num_beams=fv.num_beams, length_penalty=fv.length_penalty)
-    except (UserError, flags.Error) as e:
-        print(f"bertology.generate: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
+    prompts = [p for p in fv.prompt or fv.source for _ in range(fv.num_samples)]
+    texts = generate_text(fv.checkpoint, prompts, sources=bool(fv.source), max_new_tokens=fv.max_new_tokens,
+                          temperature=fv.temperature, top_k=fv.top_k, top_p=fv.top_p, seed=fv.seed,
+                          num_beams=fv.num_beams, length_penalty=fv.length_penalty)
     for prompt, text in zip(prompts, texts):
         print(f">>> {prompt}\n{text}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
+    return cli.run_flags("bertology.generate", __doc__, _flags(), _main, argv)
 
 
 if __name__ == "__main__":

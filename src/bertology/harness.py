@@ -36,29 +36,22 @@ def _flags() -> flags.FlagValues:
     return fv
 
 
+def _main(fv: flags.FlagValues) -> None:
+    if not fv.run or not fv.tasks:
+        raise UserError("--run and --tasks are required, e.g. --run runs/gpt_tiny --tasks lambada_openai")
+    from bertology.evaluation.harness import describe, evaluate, write_results
+
+    limit = None if fv.limit is None else int(fv.limit) if fv.limit >= 1 else fv.limit
+    results = evaluate(fv.run, fv.tasks, include_path=fv.include_path, num_fewshot=fv.num_fewshot, limit=limit,
+                       batch_size=fv.batch_size, step=fv.step)
+    if fv.out:
+        write_results(results, fv.out)
+    print(describe(results))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
-    argv = sys.argv if argv is None else argv
-    fv = _flags()
-    if cli.wants_help(argv):
-        print(cli.flags_help("bertology.harness", __doc__, fv))
-        return 0
-    try:
-        fv(argv)
-        if not fv.run or not fv.tasks:
-            raise UserError("--run and --tasks are required, e.g. --run runs/gpt_tiny --tasks lambada_openai")
-        from bertology.evaluation.harness import describe, evaluate, write_results
-
-        limit = None if fv.limit is None else int(fv.limit) if fv.limit >= 1 else fv.limit
-        results = evaluate(fv.run, fv.tasks, include_path=fv.include_path, num_fewshot=fv.num_fewshot, limit=limit,
-                           batch_size=fv.batch_size, step=fv.step)
-        if fv.out:
-            write_results(results, fv.out)
-    except (UserError, flags.Error) as e:
-        print(f"bertology.harness: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
-    print(describe(results))
-    return 0
+    return cli.run_flags("bertology.harness", __doc__, _flags(), _main, argv)
 
 
 if __name__ == "__main__":
