@@ -32,7 +32,8 @@ def free_port() -> int:
 
 
 def two_processes(workdir: pathlib.Path) -> None:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4",
            "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
     port = free_port()
     args = [sys.executable, "-m", "bertology.pretrain", f"--config={REPO}/configs/bert.py:tiny",
@@ -87,7 +88,8 @@ def test_a_lost_process_stops_the_other_with_one_line_and_status_75(tmp_path):
 
     from bertology.train.distributed import EXIT_LOST_PEER
 
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=4",
            "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
     args = [sys.executable, "-m", "bertology.pretrain", f"--config={REPO}/configs/bert.py:tiny",
             f"--workdir={tmp_path / 'run'}", f"--coordinator=localhost:{free_port()}", "--num_processes=2",
