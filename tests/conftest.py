@@ -19,15 +19,20 @@ starts compile so too. Most tests compile far more than they compute: a tiny tra
 compiles in about a third of the time, the numbers are the same to float32 rounding, and the
 whole suite, run both ways on a clean clone of 21d7d40 on the 2-core machine, took 4,294 instead
 of 5,468 CPU-seconds (36 instead of 46 minutes) with every test passing. Tests that compute more
-than they compile (LSTM scans, the notebook's training, long distillations) are marked
-`optimized` and compile as users' runs do; they ran up to 2x slower without the optimisations.
+than they compile (LSTM scans, the notebook's training) are marked `optimized` and compile as
+users' runs do; they ran up to 2x slower without the optimisations.
 
 For the same reason XLA compiles the suite's CPU fusions with its older elemental emitters
 (`--xla_cpu_use_fusion_emitters=false`; jaxlib 0.10's default lowers each fusion through MLIR,
 which costs more to compile than the loops cost to run). On test_families, test_accumulation and
 test_seq2seq (80 tests, 2 workers) compilation fell from 342 to 215 s and the files from 294 to
-228 s, every test passing, the 1-vs-8-device equalities included. A test that starts processes
-with fewer devices appends its own device count to the inherited XLA_FLAGS (the last one wins).
+228 s, every test passing, the 1-vs-8-device equalities included. With the optimisations on, the
+older emitters are the slower ones (the MiniLM distillation compiled in 54 s instead of 28 s,
+and is no longer marked `optimized`: unoptimised, it ran in 66 s instead of 84 s): the processes
+an `optimized` test starts get the default emitters, but XLA reads its flags once per process,
+so the `optimized` tests themselves keep the older ones (ELMo's biLM test: 58 s instead of
+53 s). A test that starts processes with fewer devices appends its own device count to the
+inherited XLA_FLAGS (the last one wins).
 
 Helpers several test files share live in tests/helpers.py (`import helpers`; this file puts
 tests/ on sys.path), the fixtures they share here; no test file imports another.
@@ -39,9 +44,9 @@ import shutil
 import sys
 import tempfile
 
-# The older CPU fusion emitters compile faster (see the docstring).
+QUICK_FUSIONS = " --xla_cpu_use_fusion_emitters=false"  # compiles faster, unoptimised: see the docstring
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-                           " --xla_cpu_use_fusion_emitters=false").strip()
+                           + QUICK_FUSIONS).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if str(pathlib.Path(__file__).parent) not in sys.path:  # `import helpers` under any import mode
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -83,7 +88,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def _optimized(request, monkeypatch):
-    """A test marked `optimized` compiles with XLA's optimisations, as do the processes it starts."""
+    """A test marked `optimized` compiles with XLA's optimisations, as do the processes it starts
+    (with XLA's default fusion emitters too)."""
     if request.node.get_closest_marker("optimized") is None:
         yield
         return
@@ -92,6 +98,7 @@ def _optimized(request, monkeypatch):
     before = jax.config.values["jax_disable_most_optimizations"]
     jax.config.update("jax_disable_most_optimizations", False)
     monkeypatch.setenv(QUICK_COMPILES, "false")
+    monkeypatch.setenv("XLA_FLAGS", os.environ["XLA_FLAGS"].replace(QUICK_FUSIONS.strip(), "").strip())
     yield
     jax.config.update("jax_disable_most_optimizations", before)
 

@@ -129,8 +129,7 @@ def test_teacher_stays_bit_identical_through_training_steps(config, tmp_path):
     assert_teacher_frozen_while_the_student_trains(config, batch, teacher, teacher.params, tmp_path / "frozen", 2)
 
 
-@pytest.mark.slow
-@pytest.mark.optimized
+@pytest.mark.slow  # not `optimized`: with the suite's fusion emitters it ran 66 s unoptimised, 84 s optimised
 def test_short_distillation_raises_the_held_out_cosine(config, tmp_path):
     out = train(config, tmp_path / "student")
     assert set(out["state"]) == {"step", "params", "opt_state", run_lib.SKIPPED}  # no teacher in the state
