@@ -251,11 +251,16 @@ def write_run(workdir: str | pathlib.Path, block: dict[str, Any], params: dict, 
     return vocab
 
 
+def run_tokenizer_files(vocab: str | None) -> list[pathlib.Path]:
+    """The files of a run's tokenizer (its `data.vocab`), vocab first, for `write_run` of a run made
+    from it; none when the run has no tokenizer or its files are gone."""
+    return tokenizer_files(vocab) if vocab and pathlib.Path(vocab).exists() else []
+
+
 def _run_tokenizer(vocab: str | None) -> tuple[list[pathlib.Path], Tokenizer | None]:
     """The run's tokenizer files and the tokenizer (none when the run has none or they are gone)."""
-    if not vocab or not pathlib.Path(vocab).exists():
-        return [], None
-    return tokenizer_files(vocab), load_tokenizer(vocab)
+    files = run_tokenizer_files(vocab)
+    return files, load_tokenizer(vocab) if files else None
 
 
 def _export_tokenizer(files: list[pathlib.Path], tokenizer: Tokenizer, target: pathlib.Path) -> None:

@@ -58,8 +58,7 @@ def combine(source: dict, target: dict, fresh: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bertology.data.tokenizers import tokenizer_files
-    from bertology.interop.hf import write_run
+    from bertology.interop.hf import run_tokenizer_files, write_run
     from bertology.train.checkpoint import load_params
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -71,12 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         (src, src_config), (tgt, tgt_config) = load_params(args.source), load_params(args.target)
-        if src_config["data"].get("vocab") != tgt_config["data"].get("vocab"):
+        vocab = src_config["data"].get("vocab")
+        if vocab != tgt_config["data"].get("vocab"):
             raise UserError("the two GPT runs have different data.vocab; seq2seq fine-tuning reads one tokenizer")
         block = block_of(src_config["model"], tgt_config["model"], not args.bidirectional_encoder)
         params = combine(src, tgt, fresh_params(block, args.seed))
-        vocab = src_config["data"].get("vocab")
-        write_run(args.to, block, params, tokenizer_files(vocab) if vocab and pathlib.Path(vocab).exists() else [])
+        write_run(args.to, block, params, run_tokenizer_files(vocab))
     except UserError as e:
         print(f"combine: error: {e}", file=sys.stderr)
         return 2

@@ -55,7 +55,7 @@ def longify(params: dict, block: dict[str, Any], positions: int = 4096, window: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bertology.interop.hf import write_run
+    from bertology.interop.hf import run_tokenizer_files, write_run
     from bertology.train.checkpoint import load_params
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -67,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         params, run_config = load_params(pathlib.Path(args.source))
         new_params, block = longify(params, run_config["model"], args.positions, args.window)
-        vocab = (run_config.get("data") or {}).get("vocab")
-        write_run(args.target, block, new_params, [pathlib.Path(vocab)] if vocab and pathlib.Path(vocab).exists() else [])
+        write_run(args.target, block, new_params, run_tokenizer_files((run_config.get("data") or {}).get("vocab")))
     except UserError as e:
         print(f"longify: error: {e}", file=sys.stderr)
         return 2
