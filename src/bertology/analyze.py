@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from bertology import cli
 from bertology.errors import UserError
 from bertology.files import atomic_write
 
@@ -178,14 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     first = args.runs[0].partition("=")[2] if args.tool == "curves" else args.checkpoint
     out = pathlib.Path(args.out or pathlib.Path(first) / "analysis")
-    try:
-        tools = {"similarity": _similarity, "attention": _attention, "probe": _probe, "curves": _curves,
-                 "surface": _surface}
-        tools[args.tool](args, out)
-    except UserError as e:
-        print(f"bertology.analyze: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
-    return 0
+    tools = {"similarity": _similarity, "attention": _attention, "probe": _probe, "curves": _curves,
+             "surface": _surface}
+    return cli.guarded("bertology.analyze", lambda: tools[args.tool](args, out))
 
 
 if __name__ == "__main__":

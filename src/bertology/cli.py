@@ -104,9 +104,21 @@ def run_flags(prog: str, doc: str | None, fv: flags.FlagValues, main: Callable[[
     if wants_help(argv):
         print(flags_help(prog, doc, fv))
         return 0
-    try:
+
+    def parsed_then_main() -> None:
         fv(argv)
         main(fv)
+
+    return guarded(prog, parsed_then_main)
+
+
+def guarded(prog: str, work: Callable[[], None]) -> int:
+    """Status 0 when `work()` returns; bad input (a `UserError`, a flag error) ends it with one
+    line on stderr, `<prog>: error: <the problem and its fix>`, and status 2. The commands that
+    parse with argparse (convert, tokenizer, analyze, ...) run their work through this too, so
+    every command reports bad input the same way."""
+    try:
+        work()
     except (UserError, flags.Error) as e:
         print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

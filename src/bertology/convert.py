@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bertology.errors import UserError
+from bertology import cli
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    try:
+
+    def work() -> None:
         from bertology.interop import export_hf, export_sentence_transformers, import_hf
 
         if args.source:
@@ -62,10 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for directory in export_hf(args.inp, args.out, args.step):
                 print(f"exported {directory}")
-    except UserError as e:
-        print(f"bertology.convert: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return cli.guarded("bertology.convert", work)
 
 
 if __name__ == "__main__":

@@ -47,14 +47,7 @@ def summary(workdirs: list[str]) -> str:
 
 
 def _summary_main(workdirs: list[str]) -> int:
-    from bertology.errors import UserError
-
-    try:
-        print(summary(workdirs))
-    except UserError as e:
-        print(f"bertology.finetune: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.guarded("bertology.finetune", lambda: print(summary(workdirs)))
 
 
 def help_config() -> ConfigDict:

@@ -161,12 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
     argv = sys.argv if argv is None else argv
     if argv[1:2] == ["--score_card"]:
-        try:
-            print(score_card(argv[2:]))
-        except UserError as e:
-            print(f"bertology.grid: error: {e}", file=sys.stderr)
-            return 2
-        return 0
+        return cli.guarded("bertology.grid", lambda: print(score_card(argv[2:])))
     return cli.run("bertology.grid", _main, _define, argv, help_config)
 
 

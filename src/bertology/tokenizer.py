@@ -14,11 +14,11 @@ import argparse
 import sys
 import time
 
+from bertology import cli
 from bertology.data.corpus import check_text
 from bertology.data.embedded import embedded_corpus_path
 from bertology.data.tokenizers import load_tokenizer
 from bertology.data.tokenizers.train import BYTE_BPE_SPECIALS, KINDS, SPECIALS, corpus_files, train_tokenizer
-from bertology.errors import UserError
 
 _PROG = "bertology.tokenizer"
 
@@ -39,14 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--vocab", help="a vocab.txt, a .model file or a byte-level BPE directory")
     show.add_argument("--text")
     args = parser.parse_args(argv)
-    try:
+
+    def work() -> None:
         if args.vocab is not None or args.text is not None:
             if args.vocab is None or args.text is None:
                 parser.error("--vocab and --text go together")
             tokenizer = load_tokenizer(args.vocab)
             print(" ".join(tokenizer.tokenize(args.text)))
             print(" ".join(map(str, tokenizer.encode(args.text))))
-            return 0
+            return
         missing = [f"--{n}" for n in ("vocab_size", "kind", "out") if getattr(args, n) is None]
         if missing:
             parser.error(f"training needs {' '.join(missing)} (or pass --vocab and --text)")
@@ -59,10 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"wrote {path} ({args.kind}, {args.vocab_size} entries) "
               f"in {time.perf_counter() - start:.1f}s")
-        return 0
-    except UserError as e:
-        print(f"{_PROG}: error: {e}", file=sys.stderr)
-        return 2
+
+    return cli.guarded(_PROG, work)
 
 
 if __name__ == "__main__":

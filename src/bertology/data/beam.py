@@ -39,6 +39,7 @@ from typing import Sequence
 
 from etils import epath
 
+from bertology import cli
 from bertology.data import prepare as prepare_lib
 from bertology.data.tokenizers import Tokenizer
 from bertology.errors import UserError
@@ -103,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bertology.data import corpus as corpus_lib
     from bertology.data.tokenizers import load_tokenizer
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="bertology.data.beam", description=__doc__.splitlines()[0])
     p.add_argument("--corpus", required=True, help="text / JSON-lines file or directory (local or gs://), or "
                                                    "tfds:NAME@DATA_DIR")
     p.add_argument("--vocab", required=True, help="the tokenizer training will use (vocab.txt, .model, vocab.json)")
@@ -111,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, pipeline_args = p.parse_known_args(argv)
     pipeline_args = [a for a in pipeline_args if a != "--"]
     corpus = args.corpus
-    try:
+
+    def work() -> None:
         if "://" in corpus:
             root = epath.Path(corpus)
             files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
@@ -120,12 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         tasks = prepare_lib.plan(corpus, files)
         meta = prepare_beam(tasks, load_tokenizer(args.vocab), args.out,
                             tokenizer_digest=corpus_lib.tokenizer_digest(args.vocab), pipeline_args=pipeline_args)
-    except UserError as e:
-        print(f"python -m bertology.data.beam: error: {e}", file=sys.stderr)
-        return 2
-    print(f"{sum(meta['documents'])} documents in {len(meta['shards'])} shards in {args.out} "
-          f"({meta['bytes'] / 1e6:.1f} MB in {meta['seconds']:.1f} s)")
-    return 0
+        print(f"{sum(meta['documents'])} documents in {len(meta['shards'])} shards in {args.out} "
+              f"({meta['bytes'] / 1e6:.1f} MB in {meta['seconds']:.1f} s)")
+
+    return cli.guarded(p.prog, work)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from bertology import models
+from bertology import cli, models
 from bertology.errors import UserError
 from bertology.train.checkpoint import check_shapes
 
@@ -61,14 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     from bertology.interop.hf import run_tokenizer_files, write_run
     from bertology.train.checkpoint import load_params
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="bertology.families.gpt2gpt.combine", description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", required=True, help="the source-side GPT run (the encoder)")
     parser.add_argument("--target", required=True, help="the target-side GPT run (the decoder)")
     parser.add_argument("--to", required=True, help="the GPT2GPT run directory to write (new)")
     parser.add_argument("--bidirectional_encoder", action="store_true", help="drop the encoder's causal mask")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fresh cross-attention")
     args = parser.parse_args(argv)
-    try:
+
+    def work() -> None:
         (src, src_config), (tgt, tgt_config) = load_params(args.source), load_params(args.target)
         vocab = src_config["data"].get("vocab")
         if vocab != tgt_config["data"].get("vocab"):
@@ -76,11 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         block = block_of(src_config["model"], tgt_config["model"], not args.bidirectional_encoder)
         params = combine(src, tgt, fresh_params(block, args.seed))
         write_run(args.to, block, params, run_tokenizer_files(vocab))
-    except UserError as e:
-        print(f"combine: error: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {args.to}: encoder from {args.source}, decoder from {args.target}, cross-attention fresh")
-    return 0
+        print(f"wrote {args.to}: encoder from {args.source}, decoder from {args.target}, cross-attention fresh")
+
+    return cli.guarded(parser.prog, work)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from bertology import cli
 from bertology.errors import UserError
 
 
@@ -58,21 +59,20 @@ def main(argv: list[str] | None = None) -> int:
     from bertology.interop.hf import run_tokenizer_files, write_run
     from bertology.train.checkpoint import load_params
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="bertology.families.longformer.longify", description=__doc__.split("\n\n")[0])
     parser.add_argument("--from", dest="source", required=True, help="a RoBERTa run directory")
     parser.add_argument("--to", dest="target", required=True, help="the Longformer run directory to write (new)")
     parser.add_argument("--positions", type=int, default=4096, help="positions of the new table (4096)")
     parser.add_argument("--window", type=int, default=512, help="every layer's attention window (512)")
     args = parser.parse_args(argv)
-    try:
+
+    def work() -> None:
         params, run_config = load_params(pathlib.Path(args.source))
         new_params, block = longify(params, run_config["model"], args.positions, args.window)
         write_run(args.target, block, new_params, run_tokenizer_files((run_config.get("data") or {}).get("vocab")))
-    except UserError as e:
-        print(f"longify: error: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {args.target}: {block['num_layers']} layers, {args.positions} positions, window {args.window}")
-    return 0
+        print(f"wrote {args.target}: {block['num_layers']} layers, {args.positions} positions, window {args.window}")
+
+    return cli.guarded(parser.prog, work)
 
 
 if __name__ == "__main__":
