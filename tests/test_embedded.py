@@ -69,7 +69,7 @@ def test_docstring_cleaning():
     x = compute(1)
     The :func:`frob` helper and ``literal`` text.
     """
-    assert embedded._docstring_sentences(inspect.cleandoc(doc)) == [
+    assert embedded.docstring_sentences(inspect.cleandoc(doc)) == [
         "Frobnicate the widget.",
         "It is wrapped over two lines!",
         "Then more.",

@@ -10,7 +10,9 @@ source order). Sources are parsed with `ast`, never imported, so building has no
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
+import json
 import os
 import pathlib
 import re
@@ -64,8 +66,7 @@ def embedded_corpus_path() -> pathlib.Path:
     it is written to a temporary file and renamed so a crashed or concurrent build never leaves a
     truncated corpus behind.
     """
-    version = f"{sys.version_info.major}{sys.version_info.minor}"
-    path = _cache_dir() / "embedded" / f"stdlib_docstrings_py{version}.txt"
+    path = _cache_dir() / "embedded" / f"stdlib_docstrings_py{_version()}.txt"
     if not path.exists():
         atomic_write(path, build_corpus_text().encode("utf-8"))
     return path
@@ -73,12 +74,33 @@ def embedded_corpus_path() -> pathlib.Path:
 
 def build_corpus_text() -> str:
     """Return the whole corpus as one string (deterministic for a given Python install)."""
-    documents = []
-    for source in stdlib_sources(pathlib.Path(sysconfig.get_paths()["stdlib"])):
-        sentences = module_sentences(source)
-        if len(sentences) >= 2:
-            documents.append("\n".join(sentences))
+    documents = ["\n".join(sentences) for sentences in stdlib_sentences().values() if len(sentences) >= 2]
     return "\n\n".join(documents) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def stdlib_sentences() -> dict[str, list[str]]:
+    """{each stdlib module's path, relative to the stdlib: its `module_sentences`}, in
+    `stdlib_sources` order: what the corpus, the embedded task's labels and the entity graph are
+    made of. Parsing the standard library costs about 3 CPU-seconds, which every process that
+    imported the task registry paid before this was cached (as JSON, beside the corpus, written
+    the same atomic way); reading the cache takes milliseconds."""
+    path = _cache_dir() / "embedded" / f"stdlib_sentences_py{_version()}.json"
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))
+    root = stdlib_root()
+    sentences = {source.relative_to(root).as_posix(): module_sentences(source) for source in stdlib_sources(root)}
+    atomic_write(path, json.dumps(sentences).encode("utf-8"))
+    return sentences
+
+
+def stdlib_root() -> pathlib.Path:
+    """Where the installed standard library's sources are."""
+    return pathlib.Path(sysconfig.get_paths()["stdlib"])
+
+
+def _version() -> str:
+    return f"{sys.version_info.major}{sys.version_info.minor}"
 
 
 def _cache_dir() -> pathlib.Path:
@@ -94,8 +116,9 @@ def stdlib_sources(root: pathlib.Path) -> list[pathlib.Path]:
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def module_sentences(source: pathlib.Path) -> list[str]:
-    """Sentences of every docstring in one module, in source order, repeated docstrings once."""
+def module_docstrings(source: pathlib.Path) -> list[str]:
+    """Every docstring of one module (the module's, its classes' and functions'), in source
+    order, as written (uncleaned), repeated ones once; none for a file that does not parse."""
     try:
         with warnings.catch_warnings():  # e.g. invalid escape sequences in old modules
             warnings.simplefilter("ignore")
@@ -105,17 +128,17 @@ def module_sentences(source: pathlib.Path) -> list[str]:
     kinds = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
     nodes = [n for n in ast.walk(tree) if isinstance(n, kinds)]
     nodes.sort(key=lambda n: (n.lineno, n.col_offset))
-    seen: set[str] = set()
-    sentences: list[str] = []
-    for node in [tree, *nodes]:
-        doc = ast.get_docstring(node, clean=False)
-        if doc and doc not in seen:
-            seen.add(doc)
-            sentences += _docstring_sentences(inspect.cleandoc(doc))
-    return sentences
+    docs = (ast.get_docstring(node, clean=False) for node in [tree, *nodes])
+    return list(dict.fromkeys(doc for doc in docs if doc))
 
 
-def _docstring_sentences(doc: str) -> list[str]:
+def module_sentences(source: pathlib.Path) -> list[str]:
+    """Sentences of every docstring in one module, in source order, repeated docstrings once."""
+    return [sentence for doc in module_docstrings(source) for sentence in docstring_sentences(inspect.cleandoc(doc))]
+
+
+def docstring_sentences(doc: str) -> list[str]:
+    """The prose sentences of one cleaned docstring (`inspect.cleandoc`), code and lists left out."""
     sentences = []
     for paragraph in _paragraphs(doc):
         text = _LITERAL.sub(lambda m: m.group(1) or m.group(2), _ROLE.sub(r"\1", paragraph))

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import pathlib
-import sysconfig
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -30,18 +28,12 @@ NUM_CLASSES = 8
 PER_CLASS = 400
 
 
-def _stdlib() -> pathlib.Path:
-    return pathlib.Path(sysconfig.get_paths()["stdlib"])
-
-
 @functools.lru_cache(maxsize=1)
 def labelled_sentences() -> tuple[tuple[str, ...], dict[str, list[str]]]:
     """(class names, {package: its sentences}) after thinning and de-duplication."""
-    root = _stdlib()
     by_package: dict[str, list[str]] = collections.defaultdict(list)
-    for source in corpus.stdlib_sources(root):
-        parts = source.relative_to(root).parts
-        sentences = corpus.module_sentences(source)
+    for module, sentences in corpus.stdlib_sentences().items():
+        parts = module.split("/")
         if len(parts) >= 2 and len(sentences) >= 2:  # a module in a package, kept in the corpus
             by_package[parts[0]] += sentences
     owners: dict[str, set[str]] = collections.defaultdict(set)
@@ -63,7 +55,7 @@ def _split_of(i: int) -> str:
 
 
 def _parse(split: str, read: builder.Read):
-    read.source = str(_stdlib())
+    read.source = str(corpus.stdlib_root())
     classes, sentences = labelled_sentences()
     n = 0
     for label, package in enumerate(classes):
@@ -75,7 +67,7 @@ def _parse(split: str, read: builder.Read):
 
 def _load(directory: str | None = None, cache_dir=None, log=print) -> dict[str, list[Example]]:
     del directory  # built from the installed standard library
-    root = _stdlib()
+    root = corpus.stdlib_root()
     features = {"idx": np.int64, "text_a": tfds.features.Text(), "text_b": tfds.features.Text(), "label": np.int64}
     parsers = {split: functools.partial(_parse, split) for split in ("train", "validation", "test")}
     files = corpus.stdlib_sources(root)

@@ -23,7 +23,6 @@ training, evaluation by generation scored with ROUGE and BLEU, `evaluation.gener
 
 from __future__ import annotations
 
-import ast
 import csv
 import functools
 import hashlib
@@ -31,8 +30,6 @@ import inspect
 import json
 import pathlib
 import sys
-import sysconfig
-import warnings
 from typing import Iterator
 
 import numpy as np
@@ -212,32 +209,16 @@ def _find_xsum(directory: pathlib.Path):
 
 # ---- the embedded task ----
 
-def _stdlib() -> pathlib.Path:
-    return pathlib.Path(sysconfig.get_paths()["stdlib"])
-
-
 @functools.lru_cache(maxsize=1)
 def docstring_pairs() -> tuple[tuple[str, str], ...]:
     """(body, first sentence) of every standard-library docstring of 2 to 8 prose sentences,
     repeated docstrings once, in source order, thinned evenly to MAX_PAIRS."""
-    pairs, seen = [], set()
-    kinds = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-    for source in corpus.stdlib_sources(_stdlib()):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                tree = ast.parse(source.read_bytes())
-        except (SyntaxError, ValueError):
-            continue
-        nodes = sorted((n for n in ast.walk(tree) if isinstance(n, kinds)), key=lambda n: (n.lineno, n.col_offset))
-        for node in [tree, *nodes]:
-            doc = ast.get_docstring(node, clean=False)
-            if not doc or doc in seen:
-                continue
-            seen.add(doc)
-            sentences = corpus._docstring_sentences(inspect.cleandoc(doc))
-            if 2 <= len(sentences) <= 8:
-                pairs.append((" ".join(sentences[1:]), sentences[0]))
+    pairs = []
+    docs = (doc for source in corpus.stdlib_sources(corpus.stdlib_root()) for doc in corpus.module_docstrings(source))
+    for doc in dict.fromkeys(docs):
+        sentences = corpus.docstring_sentences(inspect.cleandoc(doc))
+        if 2 <= len(sentences) <= 8:
+            pairs.append((" ".join(sentences[1:]), sentences[0]))
     keep = np.unique(np.linspace(0, len(pairs) - 1, min(MAX_PAIRS, len(pairs))).round().astype(int))
     return tuple(pairs[i] for i in keep)
 
@@ -246,13 +227,13 @@ def _find_embedded(directory: pathlib.Path):
     del directory  # built from the installed standard library
 
     def parse(split: str, read: builder.Read) -> Iterator[Example]:
-        read.source = str(_stdlib())
+        read.source = str(corpus.stdlib_root())
         for i, (body, first) in enumerate(docstring_pairs()):
             if {8: "validation", 9: "test"}.get(i % 10, "train") == split:
                 yield {"idx": read.kept, "source": body, "target": first}
                 read.kept += 1
 
-    return {s: functools.partial(parse, s) for s in SPLITS}, corpus.stdlib_sources(_stdlib())
+    return {s: functools.partial(parse, s) for s in SPLITS}, corpus.stdlib_sources(corpus.stdlib_root())
 
 
 def _task(name: str, find) -> Task:
