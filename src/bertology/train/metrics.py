@@ -22,7 +22,7 @@ import pathlib
 import sys
 import tempfile
 import time
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 from etils import epath
@@ -54,8 +54,6 @@ class MetricsWriter:
         self._trackers = trackers
         if not self.enabled:
             return
-        from tensorboardX import SummaryWriter
-
         workdir = epath.Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         self._remote = workdir / "metrics.jsonl" if is_remote(workdir) else None
@@ -69,7 +67,7 @@ class MetricsWriter:
             tmp.write_text("".join(keep))
             os.replace(tmp, local)
         self._jsonl = open(local, "a", buffering=1)
-        self._tb = SummaryWriter(str(workdir / "tensorboard"))
+        self._tb = _summary_writer(str(workdir / "tensorboard"))
 
     def write(self, step: int, metrics: Mapping[str, float], prefix: str = "") -> None:
         if not self.enabled:
@@ -102,6 +100,23 @@ class MetricsWriter:
             self.flush()
             for tracker in self._trackers:
                 tracker.close()
+
+
+def _summary_writer(logdir: str) -> Any:
+    """tensorboardX's SummaryWriter, imported without torch where torch is not loaded yet:
+    tensorboardX imports an installed torch only to accept its tensors as values (2.8 s of each
+    training process's start-up on the 2-core machine, with the test extra's torch), and we log
+    floats. Nothing else first imported by tensorboardX asks for torch (measured: protobuf and
+    multiprocessing modules only), so no other module caches its absence."""
+    if "torch" not in sys.modules and "tensorboardX" not in sys.modules:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError meanwhile
+        try:
+            import tensorboardX  # noqa: F401
+        finally:
+            del sys.modules["torch"]
+    from tensorboardX import SummaryWriter
+
+    return SummaryWriter(logdir)
 
 
 def read_steps(path: pathlib.Path) -> dict[int, dict[str, float]]:
