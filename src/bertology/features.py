@@ -187,7 +187,7 @@ def _trunk(checkpoint: str | pathlib.Path, texts: Sequence[str] | Sequence[Seque
     tokenizer = for_data(config["data"])
     if isinstance(texts[0], str):
         arrays = stack([encode_pair(tokenizer, t, "", max_seq_length) for t in texts])
-    elif family.task_inputs is not None:
+    elif family.reads_words:
         raise UserError(f"a {config['model']['family']} run reads whole words its own way; sentences given as "
                         "words are encoded into sub-word pieces, which it does not read")
     else:

@@ -56,7 +56,7 @@ def self_similarity(checkpoint: str | pathlib.Path, texts: Sequence[str], word: 
         raise UserError(f"{len(texts)} sentence(s); self-similarity compares the word across at least 2")
     # the run's settings alone: its weights are read once, by layer_states
     config = read_json(pathlib.Path(checkpoint) / "config.json", "pass the --workdir of a bertology run")
-    if models.family(config["model"]["family"]).task_inputs is not None:
+    if models.family(config["model"]["family"]).reads_words:
         raise UserError(f"a {config['model']['family']} run reads words, not the sub-word pieces this tool locates; "
                         "use a sub-word model's run (BERT-style, GPT, T5 encoder)")
     tokenizer = for_data(config["data"])

@@ -54,6 +54,9 @@ class Family:
       needs, given the task's head kind (`bertology.tasks.kinds`; None where no task reads the trunk,
       `bertology.features`): ELMo's characters; Longformer's global-attention mask, put where the
       kind wants it. Only the keys of `bertology.models.tasks.INPUTS` reach the trunk;
+    - `reads_words`: the trunk reads whole words (ELMo's characters), not the tokenizer's sub-word
+      pieces, so the tools that locate or encode pieces (word lists in `bertology.features`,
+      contextual similarity) refuse its runs in one line;
     - `init_from(params, fresh) -> params`: how a run starts from another family's checkpoint
       (`--config.init_checkpoint`; UniLM and bert2bert from BERT);
     - `from_teacher(teacher_params, fresh) -> params`: a distillation student's start from its
@@ -79,6 +82,7 @@ class Family:
     task_modes: tuple[str, ...] = TASK_MODES
     task_trunk: Callable[[Any, str], nn.Module] | None = None
     task_inputs: Callable[..., dict] | None = None
+    reads_words: bool = False
     init_from: Callable[[dict, dict], dict] | None = None
     from_teacher: Callable[[dict, dict], dict] | None = None
     initial_carry: Callable[[ModelConfig, int], Any] | None = None

@@ -42,8 +42,9 @@ from bertology.tasks import kinds
 Array = jax.Array
 MODES = models.TASK_MODES
 # What a trunk reads: char_ids, a character-CNN trunk's; global_attention_mask (Hugging Face's name), the
-# positions a sparse-attention trunk makes global (a family's `task_inputs` sets it by the task kind).
-INPUTS = ("input_ids", "input_mask", "segment_ids", "char_ids", "global_attention_mask")
+# positions a sparse-attention trunk makes global (a family's `task_inputs` sets it by the task kind);
+# entity_vectors and entity_mask, the frozen entity embeddings aligned to tokens that a knowledge-fusion trunk reads.
+INPUTS = ("input_ids", "input_mask", "segment_ids", "char_ids", "global_attention_mask", "entity_vectors", "entity_mask")
 
 
 class ScalarMix(nn.Module):
