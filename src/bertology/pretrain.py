@@ -11,6 +11,8 @@ Multi-host: run the same command on every host. On a TPU pod add --distributed; 
 
 from __future__ import annotations
 
+import sys
+
 from absl import flags
 from ml_collections import ConfigDict
 
@@ -54,7 +56,13 @@ def help_config() -> ConfigDict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line (`argv` as sys.argv, program name first); return the exit status."""
+    """Run the command line (`argv` as sys.argv, program name first); return the exit status. One
+    process of a multi-process run trains in a supervised child (`bertology.train.supervisor`)."""
+    from bertology.train import supervisor
+
+    argv = sys.argv if argv is None else argv
+    if supervisor.wanted(argv):
+        return supervisor.supervise("bertology.pretrain", "bertology.pretrain", argv)
     return cli.run("bertology.pretrain", _main, _define, argv, help_config)
 
 

@@ -23,10 +23,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from bertology.errors import UserError
+from bertology.train.supervisor import EXIT_LOST_PEER, in_slurm_job_step
 
-SLURM_VARS = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
-# sysexits.h's EX_TEMPFAIL, "a temporary failure; retry": the job lost a process, not its recipe
-EXIT_LOST_PEER = 75
 HEARTBEAT_TIMEOUT = 100  # seconds, jax.distributed's own default
 HEARTBEATS = "bertology/heartbeat/"
 
@@ -45,8 +43,10 @@ def initialize(
     if heartbeat_timeout < 1:
         raise UserError(f"--heartbeat_timeout={heartbeat_timeout}; give seconds, at least 1 "
                         f"(default {HEARTBEAT_TIMEOUT})")
-    # the runtime's own detection aborts with a C++ stack trace (the missed-heartbeat callback
-    # that would replace it cannot be given from Python): it stays only as the backstop
+    # the runtime's own detection aborts with a C++ stack trace, so it stays only as the backstop.
+    # The missed-heartbeat callback that would replace the abort is no way out in jax 0.10.2:
+    # jax.distributed.initialize does not pass one, and one given to the client directly aborts
+    # all the same (std::bad_cast: its absl::Status argument has no Python type; measured).
     backstop = 2 * heartbeat_timeout + 30
     explicit = (coordinator, num_processes, process_id)
     if any(x is not None for x in explicit):
@@ -106,7 +106,11 @@ class Watchdog(threading.Thread):
     def _judge(self) -> None:
         # process 0 hosts the coordination service: were it to exit first, the runtime would abort
         # every other process at once (signal 6, a stack trace) before their own verdicts, so it
-        # waits longer and lets them go first, each with its line and EXIT_LOST_PEER
+        # waits longer and lets them go first, each with its line and EXIT_LOST_PEER. The same
+        # abort is what a kill -9 of process 0 brings the others, 0.2-0.3 s after it, too soon
+        # for anything here: `supervisor` turns that death into the line and EXIT_LOST_PEER. A
+        # process 0 that freezes or becomes unreachable instead is caught here: its peers stop
+        # in `timeout` with this line.
         patience = self.timeout * (1.5 if self.me == 0 else 1.0)
         while True:
             time.sleep(self.timeout / 10)
@@ -121,11 +125,6 @@ class Watchdog(threading.Thread):
             print(f"{self.prog}: error: lost {who} for {patience:g} s (--heartbeat_timeout); rerun the whole "
                   "job to resume from the last complete checkpoint", file=sys.stderr, flush=True)
             os._exit(EXIT_LOST_PEER)
-
-
-def in_slurm_job_step() -> bool:
-    """Inside `srun` with more than one task (one sbatch task alone is a single-host run)."""
-    return all(v in os.environ for v in SLURM_VARS) and int(os.environ["SLURM_NTASKS"]) > 1
 
 
 def any_process(flag: bool) -> bool:
