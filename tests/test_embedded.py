@@ -34,9 +34,13 @@ def test_corpus_is_cached_under_bertology_cache(corpus, monkeypatch):
 
 
 def test_corpus_build_is_deterministic(corpus, tmp_path, monkeypatch):
+    """A second build parses the standard library again (not this process's memory of the first)
+    and writes the same bytes, and the parsed sentences' cache beside it."""
     monkeypatch.setenv("BERTOLOGY_CACHE", str(tmp_path))
+    embedded.stdlib_sentences.cache_clear()
     rebuilt = embedded.embedded_corpus_path()
     assert rebuilt != corpus[0] and rebuilt.read_bytes() == corpus[0].read_bytes()
+    assert list(rebuilt.parent.glob("stdlib_sentences_py*.json"))
 
 
 def test_corpus_format(corpus):
