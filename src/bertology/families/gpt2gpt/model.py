@@ -101,7 +101,7 @@ def seq2seq_training(config: ml_collections.ConfigDict, tokenizer: object, examp
     loss (fine-tuning config keys; 0 and 0 give the plain seq2seq loss)."""
     from bertology.train.finetune import seq2seq_arrays
 
-    weights = {k: config.get(k, 1.0) for k in ("source_lm_weight", "target_lm_weight")}
+    weights = {k: config[k] for k in ("source_lm_weight", "target_lm_weight") if k in config}  # else the objective's
     arrays = seq2seq_arrays(examples, tokenizer, source_length, target_length,
                             decoder_start_id(config.data, cast(nn.Module, Model), tokenizer))  # reads decoder_start
     objective = objectives.get({"name": "gpt2gpt", "label_smoothing": config.get("label_smoothing", 0.0), **weights})
