@@ -142,14 +142,22 @@ def kill_one_when(tmp_path: pathlib.Path, args: list[str], victim: int, seen: tu
 
 
 @pytest.mark.slow
+def test_a_lost_process_mid_step_stops_the_other_with_one_line_and_status_75(tmp_path):
+    """kill -9 of process 1 mid-run: process 0, blocked in its next collective, stops within the
+    heartbeat timeout (1.5x for process 0) with one line naming process 1 and EXIT_LOST_PEER.
+    Before the watchdog it hung until the runtime aborted it (signal 6, 90 s)."""
+    args = arguments(tmp_path / "run", f"--heartbeat_timeout={HEARTBEAT}", total_steps=100_000)
+    status, took, out = kill_one_when(tmp_path, args, 1, (0, "step 2/"))
+    assert (status, out[-1]) == (EXIT_LOST_PEER, LOST_LINE), out[-20:]
+    assert took < HEARTBEAT * 1.5 + 30
+
+
+@pytest.mark.slow
 def test_kill_9_during_a_checkpoint_write_stops_the_other_and_the_rerun_resumes_exactly(straight, tmp_path):
     """kill -9 of process 1 while it writes the step-6 checkpoint (step 3 complete): process 0,
-    blocked waiting for it, stops within the heartbeat timeout (1.5x for process 0, which lets
-    the others go first) with one line naming process 1 and EXIT_LOST_PEER; before the watchdog
-    it hung until the runtime aborted it (signal 6, 90 s). The watchdog is a thread of its own, so
-    where the main thread is blocked (this save, a collective mid-step) does not matter. The step
-    stays a temporary directory; the rerun of the whole job resumes both processes from step 3,
-    and the losses equal the uninterrupted run's, row for row."""
+    blocked waiting for it, stops as in the mid-step case; the step stays a temporary directory;
+    the rerun of the whole job resumes both processes from step 3, and the losses equal the
+    uninterrupted run's, row for row."""
     work = tmp_path / "run"
     args = arguments(work, f"--heartbeat_timeout={HEARTBEAT}")
     status, took, out = kill_one_when(tmp_path, args, 1, (1, "WRITING"), [sys.executable, "-c", STALLS_ITS_SECOND_SAVE])
