@@ -34,6 +34,7 @@ import re
 import numpy as np
 
 from bertology.data import embedded
+from bertology.data.lexicon import index_entries, longest_matches
 from bertology.data.tokenizers import Tokenizer
 from bertology.errors import UserError
 from bertology.files import atomic_write
@@ -231,32 +232,19 @@ def lookup(entity_ids: np.ndarray, vectors: np.ndarray) -> np.ndarray:
 
 
 class MentionMatcher:
-    """Finds mentions in rows of token ids, longest first, starting and ending on word boundaries,
-    and aligns each one's entity to its first token (thunlp/ERNIE's alignment)."""
+    """Finds mentions in rows of token ids, longest first, starting and ending on word boundaries
+    (the lexicon's scan, `data.lexicon.longest_matches`), and aligns each one's entity to its
+    first token (thunlp/ERNIE's alignment)."""
 
     def __init__(self, mentions: tuple[tuple[str, int], ...], tokenizer: Tokenizer):
         self.tokenizer = tokenizer
-        self.entries: dict[int, list[tuple[tuple[int, ...], int]]] = {}
-        for text, entity in mentions:
-            ids = tuple(tokenizer.encode(text))
-            if ids:
-                self.entries.setdefault(ids[0], []).append((ids, entity))
-        for entries in self.entries.values():
-            entries.sort(key=lambda e: len(e[0]), reverse=True)
+        encoded: list[tuple[tuple[int, ...], int]] = [(tuple(tokenizer.encode(text)), entity) for text, entity in mentions]
+        self.entries = index_entries(entry for entry in encoded if entry[0])
 
     def align(self, row: np.ndarray) -> np.ndarray:
         """The entity id aligned to each token of `row` (-1: none): at a mention's first token, the
         mention's entity; the rest of the mention and every other token -1. Mentions do not overlap."""
-        starts = self.tokenizer.word_starts(row)
-        ends = np.append(starts[1:], True)  # a mention ends where the next word starts
         out = np.full(len(row), -1, np.int32)
-        ids, i = row.tolist(), 0
-        while i < len(ids):
-            match = next(((m, e) for m, e in self.entries.get(ids[i], ())
-                          if tuple(ids[i:i + len(m)]) == m and ends[i + len(m) - 1]), None) if starts[i] else None
-            if match is None:
-                i += 1
-                continue
-            out[i] = match[1]
-            i += len(match[0])
+        for start, _, entity in longest_matches(self.entries, row, self.tokenizer):
+            out[start] = entity
         return out
