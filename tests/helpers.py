@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from etils import epath
+from scipy.special import erf
 
 from bertology import models, objectives
 from bertology.objectives import Mean, Objective, Terms
@@ -351,3 +352,15 @@ def save_to_disk(directory, rows, shards=2):
     (directory / "dataset_info.json").write_text(json.dumps({"features": {c: {"dtype": "string", "_type": "Value"}
                                                                           for c in table.column_names}}))
     return directory
+
+
+def np_layer_norm(x: np.ndarray, p: dict, eps: float = 1e-12) -> np.ndarray:
+    """LayerNorm in numpy over the last axis, with a flax LayerNorm's `scale` and `bias`: the references' norm."""
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
+
+
+def np_gelu(x: np.ndarray) -> np.ndarray:
+    """The exact (erf) GELU in numpy, BERT's."""
+    return 0.5 * x * (1 + erf(x / np.sqrt(2)))

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+from helpers import np_gelu, np_layer_norm
 
 from bertology import models
 from bertology.data import embedded
@@ -61,11 +62,6 @@ def test_entity_inputs_candidates_labels_and_corruption_rates():
     assert abs(masked.mean() - 0.15) < 0.01 and abs(1 - kept.mean() - masked.mean() - 0.05 * 49 / 50) < 0.01
 
 
-def _ln(x, p, eps=1e-12):
-    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
-
-
 def _attention(x, keys, p, heads):
     """BertSelfAttention + BertSelfOutput (thunlp/ERNIE), eval mode."""
     b, n, h = x.shape
@@ -77,7 +73,7 @@ def _attention(x, keys, p, heads):
     probs /= probs.sum(-1, keepdims=True)
     ctx = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, n, h)
     out = ctx @ p["output"]["kernel"].reshape(h, h) + p["output"]["bias"]
-    return _ln(x + out, p["norm"])
+    return np_layer_norm(x + out, p["norm"])
 
 
 def _perturbed(module, *args):
@@ -88,11 +84,6 @@ def _perturbed(module, *args):
     rng = np.random.default_rng(7)
     return jax.tree_util.tree_map_with_path(
         lambda path, x: (float(path[-1].key == "scale") + 0.3 * rng.normal(size=x.shape)).astype(np.float32), shapes)
-
-
-def _gelu(x):
-    from scipy.special import erf
-    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
 
 
 def test_aggregator_matches_the_reference_layer_in_numpy():
@@ -112,10 +103,10 @@ def test_aggregator_matches_the_reference_layer_in_numpy():
     p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
     a_w = _attention(w.astype(np.float64), input_mask, p["attention"], 2)
     a_e = _attention(e.astype(np.float64), present, p["entity_attention"], 3) * present[..., None]
-    h = _gelu(a_w @ p["fusion"]["kernel"] + p["fusion"]["bias"] + a_e @ p["fusion_entity"]["kernel"]
+    h = np_gelu(a_w @ p["fusion"]["kernel"] + p["fusion"]["bias"] + a_e @ p["fusion_entity"]["kernel"]
               + p["fusion_entity"]["bias"])
-    want_w = _ln(h @ p["output"]["kernel"] + p["output"]["bias"] + a_w, p["norm"])
-    want_e = _ln(h @ p["entity_output"]["kernel"] + p["entity_output"]["bias"] + a_e, p["entity_norm"])
+    want_w = np_layer_norm(h @ p["output"]["kernel"] + p["output"]["bias"] + a_w, p["norm"])
+    want_e = np_layer_norm(h @ p["entity_output"]["kernel"] + p["entity_output"]["bias"] + a_e, p["entity_norm"])
     np.testing.assert_allclose(np.asarray(got_w), want_w, atol=1e-5)
     np.testing.assert_allclose(np.asarray(got_e), want_e, atol=1e-5)
     # an unaligned token's fusion sees no entity: only the bias b̃ = b_t + b_e joins W̃_t w̃
@@ -137,7 +128,7 @@ def test_dea_loss_matches_numpy():
     logits = jax.jit(lambda p: head.apply({"params": p}, seq, cand, cand_mask))(params)
     got = divided(dea_means(logits, jnp.asarray(labels), jnp.asarray(weights)))
     p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
-    x = _ln(_gelu(seq @ p["transform"]["kernel"] + p["transform"]["bias"]), p["norm"])
+    x = np_layer_norm(np_gelu(seq @ p["transform"]["kernel"] + p["transform"]["bias"]), p["norm"])
     scores = np.einsum("bld,bkd->blk", x, cand)
     scores = np.where(cand_mask[:, None] > 0, scores, -np.inf)
     logp = scores - np.log(np.exp(scores - scores.max(-1, keepdims=True)).sum(-1, keepdims=True)) - \

@@ -8,25 +8,17 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
-from scipy.special import erf, log_softmax
+from helpers import np_gelu, np_layer_norm
+from scipy.special import log_softmax
 
 from bertology import models, objectives
 from bertology.data.examples import create_full_sentence_instances, create_pair_instances
 from bertology.families.electra import model as electra
-from bertology.models.transformer import TransformerConfig
-from bertology.models.heads import SpanBoundaryHead
 from bertology.families.electra.objective import replace_with_samples, rtd_loss
+from bertology.models.heads import SpanBoundaryHead
+from bertology.models.transformer import TransformerConfig
 
 FAMILIES = ["bert", "roberta", "albert", "electra", "spanbert"]
-
-
-def _ln(x, p, eps=1e-12):
-    mu = x.mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * p["scale"] + p["bias"]
-
-
-def _gelu(x):
-    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
 
 
 def _bce(logits, labels):
@@ -81,7 +73,7 @@ def test_span_boundary_head_matches_numpy():
     rows = np.arange(2)[:, None]
     h = np.concatenate([seq[rows, start - 1], seq[rows, end], p["position"]["embedding"][positions - start]], -1)
     for i in range(2):
-        h = _ln(_gelu(h @ p[f"dense_{i}"]["kernel"] + p[f"dense_{i}"]["bias"]), p[f"norm_{i}"])
+        h = np_layer_norm(np_gelu(h @ p[f"dense_{i}"]["kernel"] + p[f"dense_{i}"]["bias"]), p[f"norm_{i}"])
     np.testing.assert_allclose(got, h @ table.T + p["bias"], atol=1e-4)
 
 
@@ -326,9 +318,9 @@ def test_heads_read_the_same_states_as_from_the_full_last_layer(family, monkeypa
 
 
 def test_packed_instances_flow_through_the_stream():
+    from bertology.data.embedded import DEFAULT_VOCAB
     from bertology.data.pipeline import PretrainingStream
     from bertology.data.tokenizers import load_tokenizer
-    from bertology.data.embedded import DEFAULT_VOCAB
 
     tok = load_tokenizer(DEFAULT_VOCAB)
     rng = np.random.default_rng(0)
@@ -353,9 +345,9 @@ def test_every_family_trains_on_packed_rows(family):
     """Packing is data: any family's model reads `packing_ids` from the batch (ELECTRA's two
     networks included), trains on packed rows, and the ids change what it computes."""
     from bertology import models, objectives
+    from bertology.data.embedded import DEFAULT_VOCAB
     from bertology.data.pipeline import PretrainingStream
     from bertology.data.tokenizers import load_tokenizer
-    from bertology.data.embedded import DEFAULT_VOCAB
 
     tok = load_tokenizer(DEFAULT_VOCAB)
     rng = np.random.default_rng(0)

@@ -6,12 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy.special import erf
+from helpers import np_gelu, np_layer_norm
 
 from bertology.errors import UserError
 from bertology.families.bert import model as bert
-from bertology.models.transformer import TransformerConfig
 from bertology.models.presets import BERT_SIZES, bert_preset
+from bertology.models.transformer import TransformerConfig
 
 B, L, P, V = 3, 16, 4, 97
 
@@ -25,16 +25,6 @@ def _batch(rng):
     return dict(input_ids=ids.astype(np.int32), input_mask=mask, segment_ids=seg, masked_positions=pos)
 
 
-def _ln(x, p, eps=1e-12):
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
-
-
-def _gelu(x):
-    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
-
-
 def _dense(x, p, spec):
     return np.einsum(spec, x, p["kernel"]) + p["bias"]
 
@@ -44,7 +34,7 @@ def numpy_bert(p, cfg, batch):
     e = p["encoder"]["embeddings"]
     ids, mask, seg = batch["input_ids"], batch["input_mask"], batch["segment_ids"]
     x = e["token"]["embedding"][ids] + e["position"]["embedding"][np.arange(L)] + e["segment"]["embedding"][seg]
-    x = _ln(x, e["norm"])
+    x = np_layer_norm(x, e["norm"])
     for i in range(cfg.num_layers):
         a = p["encoder"][f"attention_{i}"]
         q, k, v = (_dense(x, a[n], "bld,dhk->blhk") for n in ("query", "key", "value"))
@@ -53,13 +43,13 @@ def numpy_bert(p, cfg, batch):
         w = np.exp(s - s.max(-1, keepdims=True))
         w /= w.sum(-1, keepdims=True)
         ctx = np.einsum("bhqt,bthk->bqhk", w, v)
-        x = _ln(x + _dense(ctx, a["output"], "bqhk,hkd->bqd"), a["norm"])
+        x = np_layer_norm(x + _dense(ctx, a["output"], "bqhk,hkd->bqd"), a["norm"])
         f = p["encoder"][f"ffn_{i}"]
-        h = _gelu(_dense(x, f["intermediate"], "bld,df->blf"))
-        x = _ln(x + _dense(h, f["output"], "blf,fd->bld"), f["norm"])
+        h = np_gelu(_dense(x, f["intermediate"], "bld,df->blf"))
+        x = np_layer_norm(x + _dense(h, f["output"], "blf,fd->bld"), f["norm"])
     pooled = np.tanh(_dense(x[:, 0], p["encoder"]["pooler"], "bd,de->be"))
     hidden = np.take_along_axis(x, batch["masked_positions"][..., None], axis=1)
-    t = _ln(_gelu(_dense(hidden, p["mlm"]["transform"], "bpd,de->bpe")), p["mlm"]["norm"])
+    t = np_layer_norm(np_gelu(_dense(hidden, p["mlm"]["transform"], "bpd,de->bpe")), p["mlm"]["norm"])
     mlm = t @ e["token"]["embedding"].T + p["mlm"]["bias"]
     nsp = _dense(pooled, p["nsp"]["dense"], "bd,dc->bc")
     return x, mlm, nsp
