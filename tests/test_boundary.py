@@ -11,8 +11,13 @@ the family contributes to a registry: its data transforms, its Hugging Face reco
 """
 
 import ast
+import dataclasses
 import importlib
 import pathlib
+
+import pytest
+
+from bertology import models
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "bertology"
 FAMILY_HOMES = ("families",)
@@ -58,3 +63,17 @@ def test_shared_code_asks_the_family_record_not_the_family():
             continue
         seen |= {(relative, what) for what in _violations(path, families)}
     assert seen == set(), f"shared code names a family; ask its Family record instead: {sorted(seen)}"
+
+
+def test_a_task_inputs_hook_declares_the_arrays_it_adds():
+    """Only the ids and the arrays a family's record declares reach its trunk (`input_keys`), so a
+    hook whose arrays were not declared would be dropped without a word: the record refuses it."""
+    from bertology.models import tasks
+
+    record = models.family("longformer")
+    assert tasks.input_keys("longformer") == (*tasks.INPUTS, "global_attention_mask")
+    assert tasks.input_keys("bert") == tasks.INPUTS == ("input_ids", "input_mask", "segment_ids")
+    with pytest.raises(TypeError, match="task_input_keys"):
+        dataclasses.replace(record, task_input_keys=())
+    with pytest.raises(TypeError, match="task_input_keys"):
+        dataclasses.replace(models.family("bert"), task_input_keys=("char_ids",))

@@ -53,7 +53,9 @@ class Family:
     - `task_inputs(cfg, tokenizer, arrays, kind) -> arrays`: the rows with the extra inputs its trunk
       needs, given the task's head kind (`bertology.tasks.kinds`; None where no task reads the trunk,
       `bertology.features`): ELMo's characters; Longformer's global-attention mask, put where the
-      kind wants it. Only the keys of `bertology.models.tasks.INPUTS` reach the trunk;
+      kind wants it;
+    - `task_input_keys`: the arrays `task_inputs` adds; they reach the trunk beside the ids
+      (`bertology.models.tasks.input_keys`), every other array of a row stays with the head;
     - `reads_words`: the trunk reads whole words (ELMo's characters), not the tokenizer's sub-word
       pieces, so the tools that locate or encode pieces (word lists in `bertology.features`,
       contextual similarity) refuse its runs in one line;
@@ -82,11 +84,17 @@ class Family:
     task_modes: tuple[str, ...] = TASK_MODES
     task_trunk: Callable[[Any, str], nn.Module] | None = None
     task_inputs: Callable[..., dict] | None = None
+    task_input_keys: tuple[str, ...] = ()
     reads_words: bool = False
     init_from: Callable[[dict, dict], dict] | None = None
     from_teacher: Callable[[dict, dict], dict] | None = None
     initial_carry: Callable[[ModelConfig, int], Any] | None = None
     seq2seq_training: Callable[..., tuple[Any, Any, dict]] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.task_inputs is None) != (not self.task_input_keys):
+            raise TypeError(f"{self.model.__module__}: a Family's task_inputs hook and its task_input_keys (the "
+                            "arrays the hook adds, which the trunk reads) come together")
 
     def trunk_config(self, model_config: ModelConfig) -> Any:
         """The trunk's config of a `model` block (a TransformerConfig for most families)."""

@@ -41,10 +41,14 @@ from bertology.tasks import kinds
 
 Array = jax.Array
 MODES = models.TASK_MODES
-# What a trunk reads: char_ids, a character-CNN trunk's; global_attention_mask (Hugging Face's name), the
-# positions a sparse-attention trunk makes global (a family's `task_inputs` sets it by the task kind);
-# entity_vectors and entity_mask, the frozen entity embeddings aligned to tokens that a knowledge-fusion trunk reads.
-INPUTS = ("input_ids", "input_mask", "segment_ids", "char_ids", "global_attention_mask", "entity_vectors", "entity_mask")
+INPUTS = ("input_ids", "input_mask", "segment_ids")  # what every trunk reads of a row; the rest is the head's
+
+
+def input_keys(family: str | None) -> tuple[str, ...]:
+    """The arrays of a row that reach `family`'s trunk: the ids, mask and segments, and whatever
+    its `task_inputs` hook adds (`Family.task_input_keys`: ELMo's characters, Longformer's global
+    attention mask, ...); labels and the other arrays stay with the head and the loss."""
+    return INPUTS + (models.family(family).task_input_keys if family else ())
 
 
 class ScalarMix(nn.Module):
@@ -96,13 +100,15 @@ def check_length(cfg: Any, length: int, option: str) -> None:
                         "positions; lower it")
 
 
-def task_rows(batch: dict[str, Array], kind: kinds.Kind) -> tuple[dict[str, Array], int | None, int | None]:
-    """The trunk's inputs of a batch of `kind` rows, and (choices, readings) per example.
+def task_rows(batch: dict[str, Array], kind: kinds.Kind,
+              keys: tuple[str, ...]) -> tuple[dict[str, Array], int | None, int | None]:
+    """The trunk's inputs (`keys`: `input_keys` of its family) of a batch of `kind` rows, and
+    (choices, readings) per example.
 
     A choice row holds one row per ending; several readings of one example ([batch, readings,
     length]: a pair in both orders, GPT-1's similarity input, Radford et al. 2018 §3.3) have their
     pooled states added before the head. Either way the rows reach the trunk as [batch·n, length]."""
-    inputs = {k: batch[k] for k in INPUTS if k in batch}
+    inputs = {k: batch[k] for k in keys if k in batch}
     choices = inputs["input_ids"].shape[1] if kind.choices else None
     readings = inputs["input_ids"].shape[1] if inputs["input_ids"].ndim == 3 and not choices else None
     if choices or readings:  # [batch, n, length, ...] -> [batch·n, length, ...]
@@ -164,7 +170,7 @@ class TaskModel(nn.Module):
         (Radford et al. 2018, §3.2), which only a causal trunk can compute."""
         kind = kinds.of(self.kind)
         frozen = self.mode == "features"
-        inputs, choices, readings = task_rows(batch, kind)
+        inputs, choices, readings = task_rows(batch, kind, input_keys(self.family))
         mask = inputs["input_mask"]
         network = trunk(self.cfg, self.family)
         out = network(inputs, deterministic=deterministic or frozen)
@@ -235,7 +241,7 @@ class MultiTaskModel(nn.Module):
     def __call__(self, batch: dict[str, Array], *, deterministic: bool = True) -> dict[str, Array]:
         name = task_of(batch)
         frozen = self.mode == "features"
-        inputs, choices, readings = task_rows(batch, kinds.of(head(self.tasks, name).kind))
+        inputs, choices, readings = task_rows(batch, kinds.of(head(self.tasks, name).kind), input_keys(self.family))
         network = trunk(self.cfg, self.family)
         running = self.tasks if self.is_initializing() else (head(self.tasks, name),)
         if self.pals is None:  # one trunk for every task

@@ -44,7 +44,7 @@ from bertology.generation import decoder_start_id, frame_source, generate
 from bertology.models import layout, task_encoders
 from bertology.models.decoding import decoding_of, require
 from bertology.models.presets import bert_preset
-from bertology.models.tasks import INPUTS, MODES, TaskModel, check_fine_tunable, check_language_model, check_length
+from bertology.models.tasks import MODES, TaskModel, check_fine_tunable, check_language_model, check_length, input_keys
 from bertology.models.tasks import trunk as trunk_network
 from bertology.tasks import kinds
 from bertology.tasks.kinds import Features, featurize, predict
@@ -449,9 +449,8 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
         apply = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True))
 
         def evaluate(params) -> dict[str, Any]:
-            scores, preds = task_scores(task, splits, feats,
-                                        lambda f: batched_outputs(apply, params, f, config.eval_batch_size, run.shard),
-                                        config.data)
+            scores, preds = task_scores(task, splits, feats, lambda f: batched_outputs(
+                apply, params, f, config.eval_batch_size, run.shard, input_keys(trunk.family)), config.data)
             return {"scores": scores, "predictions": preds}
         return evaluate
 
@@ -463,7 +462,7 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
     return Job(config=ml_collections.FrozenConfigDict(config), task=task.name, kind=task.kind, primary=task.primary,
                model=model, objective=objective,
                rows=ShuffledRows(training_rows(feats), config.batch_size, config.seed),
-               example={k: v[:1] for k, v in train_arrays.items() if k in INPUTS}, n_train=n_train, total=total,
+               example={k: v[:1] for k, v in train_arrays.items() if k in input_keys(trunk.family)}, n_train=n_train, total=total,
                optimizer=encoder_optimizer(config, trunk, opt_cfg, total, n_train, plan),
                start_params=None if start is None else (lambda fresh: start_from(fresh, start, config.init_checkpoint)),
                evaluator=evaluator, finish=finish,
@@ -714,9 +713,11 @@ def _record(steps: dict[int, dict[str, float]], log_every: int, total: int) -> t
     return train_loss, evals
 
 
-def batched_outputs(apply: Callable, params: Any, features: Features, batch_size: int, shard: Callable) -> dict[str, np.ndarray]:
-    """The model's outputs for every row, in fixed-size batches (the last padded, then trimmed)."""
-    arrays = {k: v for k, v in features.arrays.items() if k in INPUTS}
+def batched_outputs(apply: Callable, params: Any, features: Features, batch_size: int, shard: Callable,
+                    keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The model's outputs for every row, in fixed-size batches (the last padded, then trimmed);
+    `keys`: the arrays the trunk reads (`input_keys`)."""
+    arrays = {k: v for k, v in features.arrays.items() if k in keys}
     n = len(arrays["input_ids"])
     chunks = []
     for start in range(0, n, batch_size):

@@ -55,7 +55,7 @@ from bertology.data.rows import ShuffledRows
 from bertology.errors import UserError
 from bertology.files import atomic_write
 from bertology.models.pals import PALSettings
-from bertology.models.tasks import INPUTS, Head, MultiTaskModel, TaskModel, head, task_of, with_task
+from bertology.models.tasks import Head, MultiTaskModel, TaskModel, head, input_keys, task_of, with_task
 from bertology.objectives import Objective, Terms
 from bertology.objectives.bert import apply
 from bertology.tasks import kinds
@@ -204,7 +204,7 @@ def job(config: ml_collections.ConfigDict) -> finetune.Job:
     heads = tuple(Head(name, task[name].kind, kinds.of(task[name].kind).width(task[name]), config.head_dropout.get(name))
                   for name in config.tasks)
     model = MultiTaskModel(trunk.cfg, heads, config.mode, trunk.family, pals)
-    examples = {name: {k: v[:1] for k, v in feats["train"].arrays.items() if k in INPUTS}
+    examples = {name: {k: v[:1] for k, v in feats["train"].arrays.items() if k in input_keys(trunk.family)}
                 for name, (_, feats) in features.items()}
     counts = parameter_counts(trunk, heads, examples, config.adapter_size, pals)
     log("parameters to serve every task:\n" + parameter_table(counts))
@@ -220,7 +220,8 @@ def job(config: ml_collections.ConfigDict) -> finetune.Job:
             scores, preds, primaries = {}, {}, []
             for name, (splits, feats) in features.items():
                 def outputs(f: kinds.Features, name: str = name) -> dict[str, np.ndarray]:
-                    return finetune.batched_outputs(applies[name], params, f, config.eval_batch_size, run.shard)
+                    return finetune.batched_outputs(applies[name], params, f, config.eval_batch_size, run.shard,
+                                                   input_keys(trunk.family))
 
                 own, preds[name] = finetune.task_scores(task[name], splits, feats, outputs, data[name])
                 scores.update({f"{name}/{k}": v for k, v in own.items()})

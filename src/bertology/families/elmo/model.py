@@ -320,4 +320,4 @@ def stack_flops(cfg: Any, n_in: int) -> float:
 
 # The biLM is used frozen, through the scalar mix, as Peters et al. use it: `features` mode only.
 FAMILY = Family(Model, trunk, flops_per_token, config=config, task_modes=("features",), task_trunk=task_trunk,
-                task_inputs=task_inputs, reads_words=True, initial_carry=initial_carry)
+                task_inputs=task_inputs, task_input_keys=("char_ids",), reads_words=True, initial_carry=initial_carry)

@@ -32,8 +32,11 @@ candidate entity vectors by a dot product (the reference's `BertEntPredictionHea
 from __future__ import annotations
 
 import dataclasses
+import functools
+import pathlib
 import re
-from typing import Any, Sequence
+from collections.abc import Hashable
+from typing import Any, Sequence, cast
 
 import flax.linen as nn
 import jax
@@ -209,6 +212,15 @@ def task_trunk(cfg: Config, name: str) -> KnowledgeEncoder:
     return KnowledgeEncoder(cfg, name=name)
 
 
+@functools.lru_cache(maxsize=2)
+def _aligner(directory: pathlib.Path, stamp: tuple, tokenizer: Tokenizer) -> tuple[knowledge.Graph, knowledge.MentionMatcher]:
+    """The graph and its mention matcher, read once for every split a task aligns (`stamp`: the
+    files' times and sizes, so a graph rewritten in place is read again)."""
+    del stamp
+    graph = knowledge.read_graph(directory)
+    return graph, knowledge.MentionMatcher(graph.mentions, tokenizer)
+
+
 def task_inputs(cfg: Config, tokenizer: Tokenizer, arrays: dict[str, np.ndarray],
                 kind: str | None = None) -> dict[str, np.ndarray]:
     """Fine-tuning or feature rows ([..., length] ids: a choice task's [rows, choices, length] too)
@@ -226,8 +238,9 @@ def task_inputs(cfg: Config, tokenizer: Tokenizer, arrays: dict[str, np.ndarray]
         raise UserError(f"model.kg={cfg.kg!r}: no such directory here; fine-tuning aligns task text with the graph "
                         "the run was pretrained on, so give that graph at this path (a relative path is read from "
                         "the current directory)")
-    graph = knowledge.read_graph(directory)
-    matcher = knowledge.MentionMatcher(graph.mentions, tokenizer)
+    stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size) for f in map(directory.joinpath, knowledge.FILES)
+                  if f.is_file())
+    graph, matcher = _aligner(directory, stamp, cast(Hashable, tokenizer))  # the tokenizer objects hash by identity
     ids = arrays["input_ids"]
     aligned = np.asarray([matcher.align(row) for row in ids.reshape(-1, ids.shape[-1])], np.int32).reshape(ids.shape)
     return {**arrays, "entity_vectors": knowledge.lookup(aligned, graph.vectors),
@@ -264,4 +277,5 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
 
 
 FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, layer_index=layer_index,
-                task_modes=("full", "features"), task_trunk=task_trunk, task_inputs=task_inputs)
+                task_modes=("full", "features"), task_trunk=task_trunk, task_inputs=task_inputs,
+                task_input_keys=("entity_vectors", "entity_mask"))

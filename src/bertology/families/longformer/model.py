@@ -276,4 +276,4 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
 # Its layers take the global-token mask, so the stack is its own (`task_trunk`); fine-tuning rows get
 # the mask their task kind wants (`task_inputs`).
 FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, config=config, build=build,
-                task_trunk=task_trunk, task_inputs=task_inputs)
+                task_trunk=task_trunk, task_inputs=task_inputs, task_input_keys=("global_attention_mask",))
