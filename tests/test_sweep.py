@@ -64,8 +64,8 @@ def test_a_variant_started_from_another_run_splits_its_budget():
                                               init_share=0.25),))
     runs = {r["variant"]: r for r in sweep.plan(c)}
     budget = runs["t5"]["flops"]
-    bert = sweep._per_step(c, sweep._pretrain_config(c, "bert.py:tiny", 1))
-    own = sweep._per_step(c, sweep._pretrain_config(c, "bert2bert.py:tiny", 1))
+    bert = sweep._per_step(sweep._pretrain_config(c, "bert.py:tiny", 1))
+    own = sweep._per_step(sweep._pretrain_config(c, "bert2bert.py:tiny", 1))
     assert runs["b2b"]["init_steps"] == round(0.25 * budget / bert)
     assert runs["b2b"]["steps"] == round(0.75 * budget / own)
     assert runs["b2b"]["flops"] == pytest.approx(budget, abs=(bert + own) / 2)
@@ -235,6 +235,56 @@ def test_the_spanbert_masking_sweep_compares_the_papers_schemes():
     assert [(configs[k].data.mask_unit, configs[k].data.get("lexicon")) for k in names] == [
         ("token", None), ("whole_word", None), ("entity", "entities"), ("entity", "phrases"), ("span", None)]
     assert runs["geometric_span"] > runs["whole_word"] + 0.5 and runs["whole_word"] >= runs["roberta"], runs
+
+
+def test_the_roberta_batch_sweep_trades_steps_for_batch_at_equal_rows(tmp_path):
+    """RoBERTa's Table 3 in miniature: each variant's own batch_size buys steps × batch equal to
+    the reference's rows (so equal FLOPs) at the paper's rate ratios (× 7 at × 8 the batch, × 10
+    at × 32); the run's config gets that batch, rate and a 10% warm-up, and the table shows steps × batch."""
+    c = sweep.load_config(REPO / "configs/sweep/roberta_batch.py")
+    runs = sweep.plan(c)
+    assert [(r["variant"], r["batch"], r["steps"]) for r in runs] == [
+        ("batch_16", 16, 1200), ("batch_128", 128, 150), ("batch_512", 512, round(1200 * 16 / 512))]
+    assert runs[1]["flops"] == pytest.approx(runs[0]["flops"])
+    configs = [sweep._pretrain_config(c, v.config, r["steps"], v.overrides) for v, r in zip(sweep.variants(c), runs)]
+    for pc, r in zip(configs, runs):
+        validation.check(pc)
+        assert (pc.batch_size, pc.total_steps, pc.optimizer.warmup_steps) == (r["batch"], r["steps"], r["steps"] // 10)
+    rates = [pc.optimizer.learning_rate / configs[0].optimizer.learning_rate for pc in configs]
+    assert rates == pytest.approx([1, 7, 10]) and [pc.batch_size // 16 for pc in configs] == [1, 8, 32]
+    scratch = {"variant": "scratch", "budget": 0.0, "steps": 0, "init_steps": 0, "flops": 0.0}
+    sweep.write_report([{**r, "accuracy": 50.0} for r in [scratch, *runs]], ["classification"], c.reference, tmp_path)
+    table = (tmp_path / "table.md").read_text().splitlines()
+    assert "| pretraining steps × batch |" in table[0]
+    assert [line.split("|")[3].strip() for line in table[2:]] == ["0", "1200 × 16", "150 × 128", "38 × 512"]
+
+
+def test_the_roberta_masking_sweep_repeats_static_masks_within_its_budget():
+    """RoBERTa's Table 1 in miniature: the variants differ in masking alone, and the budget covers
+    four passes over the embedded corpus or more, so the single static copy shows every row with
+    the same mask four times (as the paper's static masks were each seen), while BERT's 10 copies
+    never repeat one within it."""
+    from bertology.data import corpus as corpus_lib
+    from bertology.data.pipeline import make_instances
+    from bertology.train import loop
+
+    c = sweep.load_config(REPO / "configs/sweep/roberta_masking.py")
+    runs = sweep.plan(c)
+    configs = {v.name: sweep._pretrain_config(c, v.config, r["steps"], v.overrides)
+               for v, r in zip(sweep.variants(c), runs)}
+    masking = {name: (pc.data.masking, pc.data.dupe_factor if pc.data.masking == "static" else None)
+               for name, pc in configs.items()}
+    assert masking == {"bert": ("static", 10), "static_1": ("static", 1), "dynamic": ("dynamic", None)}
+    for pc in configs.values():
+        validation.check(pc)
+        pc.data.masking, pc.data.dupe_factor = "static", 10  # otherwise the same config
+    assert len({json.dumps(pc.to_dict(), sort_keys=True) for pc in configs.values()}) == 1
+    pc, tok, _, _ = loop.resolved(configs["bert"])
+    (corpus, _), = loop.corpora(pc.data)
+    docs = corpus_lib.load_documents(corpus, tok, pathlib.Path(pc.data.vocab), pc.data.cache_dir, log=lambda m: None)["train"]
+    rows_per_pass = len(make_instances(docs, pc.data, tok, np.random.default_rng(0))["input_ids"])
+    passes = runs[0]["steps"] * runs[0]["batch"] / rows_per_pass
+    assert 4 <= passes < pc.data.dupe_factor, (rows_per_pass, passes)
 
 
 @pytest.mark.slow

@@ -8,7 +8,8 @@ A sweep config names what to pretrain and what to fine-tune it on:
 - `families`: family names, each the variant `<family>.py:tiny` of `configs_dir` unchanged;
 - `variants`: further variants, each a dict `name`, `config` (`file.py[:arg]` in `configs_dir`),
   optional `overrides` (a nested dict over that config, applied after the sweep's shapes, e.g.
-  `{"data": {"noise": {"kind": "iid"}}}`) and optional `init_from` (a config spec pretrained first
+  `{"data": {"noise": {"kind": "iid"}}}`; one that sets `batch_size` gets the steps its budget buys
+  at that batch, and the table then shows steps × batch) and optional `init_from` (a config spec pretrained first
   on `init_share`, default 0.5, of the budget, whose run initialises this one: the BERT-as-encoder
   route); the table lists families, then variants, in order;
 - `reference`: the variant whose `reference_steps` steps are a budget of 1;
@@ -143,32 +144,34 @@ def _pretrain_config(c: ml_collections.ConfigDict, spec: str, steps: int, overri
     return pc
 
 
-def _per_step(c: ml_collections.ConfigDict, pc: ml_collections.ConfigDict) -> float:
-    """Nominal FLOPs of one pretraining step of `pc` (its vocabulary's size, the sweep's batch)."""
+def _per_step(pc: ml_collections.ConfigDict) -> float:
+    """Nominal FLOPs of one pretraining step of `pc` (its vocabulary's size, its batch: the sweep's
+    unless the variant overrides `batch_size`, RoBERTa's batch-size table)."""
     from bertology.data.tokenizers import for_data
 
-    return flops_per_token(pc, for_data(pc.data).vocab_size) * c.batch_size * pc.data.max_seq_length
+    return flops_per_token(pc, for_data(pc.data).vocab_size) * pc.batch_size * pc.data.max_seq_length
 
 
 def plan(c: ml_collections.ConfigDict) -> list[dict[str, Any]]:
     """Every pretraining run of the sweep, without running it: per budget and variant its steps
     (those the budget buys at the variant's FLOPs per step; `init_steps` for the run it starts
-    from) and the FLOPs they cost."""
+    from), its batch and the FLOPs they cost."""
     vs = variants(c)
     reference = next(v for v in vs if v.name == c.reference)
-    budget_flops = _per_step(c, _pretrain_config(c, reference.config, 1, reference.overrides)) * c.reference_steps
+    budget_flops = _per_step(_pretrain_config(c, reference.config, 1, reference.overrides)) * c.reference_steps
     runs = []
     for budget in c.budgets:
         for v in vs:
             run = {"variant": v.name, "budget": budget, "init_steps": 0, "flops": 0.0}
             own = budget * budget_flops
             if v.init_from:
-                per_init = _per_step(c, _pretrain_config(c, v.init_from, 1))
+                per_init = _per_step(_pretrain_config(c, v.init_from, 1))
                 run["init_steps"] = max(1, int(round(v.init_share * own / per_init)))
                 run["flops"] = run["init_steps"] * per_init
                 own -= v.init_share * own
-            per_step = _per_step(c, _pretrain_config(c, v.config, 1, v.overrides))
-            run["steps"] = max(1, int(round(own / per_step)))
+            pc = _pretrain_config(c, v.config, 1, v.overrides)
+            per_step = _per_step(pc)
+            run["steps"], run["batch"] = max(1, int(round(own / per_step))), pc.batch_size
             run["flops"] += run["steps"] * per_step
             runs.append(run)
     return runs
@@ -320,11 +323,14 @@ def write_report(rows: list[dict], targets: list[str], reference: str, workdir: 
         spread = r.get(f"{k}_range")
         return f"{r[k]:.2f}" + (f" [{spread[0]:.2f}–{spread[1]:.2f}]" if spread else "")
 
-    lines = [f"| variant | budget (× {reference} steps) | pretraining steps | pretraining FLOPs | "
-             + ("seeds | " if several else "") + " | ".join(headers) + " |",
+    by_batch = len({r["batch"] for r in shown if "batch" in r}) > 1  # a variant sets its own batch_size
+    lines = [f"| variant | budget (× {reference} steps) | pretraining steps{' × batch' if by_batch else ''} | "
+             "pretraining FLOPs | " + ("seeds | " if several else "") + " | ".join(headers) + " |",
              "|---" * (4 + several + len(keys)) + "|"]
     for r in shown:
         steps = f"{r['init_steps']} + {r['steps']}" if r.get("init_steps") else str(r["steps"])
+        if by_batch and "batch" in r:
+            steps += f" × {r['batch']}"
         seeds = f"{r['seeds']} | " if several else ""
         lines.append(f"| {r['variant']} | {r['budget']:g} | {steps} | {r['flops']:.2e} | {seeds}"
                      + " | ".join(cell(r, k) for k in keys) + " |")
