@@ -358,6 +358,6 @@ def check_sweep(config: ml_collections.ConfigDict) -> None:
     families = tuple(config.families)
     known = sorted(p.stem for p in pathlib.Path(config.configs_dir).glob("*.py"))
     unknown = [f for f in families if f not in known]
-    if not families or unknown:
+    if unknown or not (families or config.get("variants")):  # a sweep of variants alone needs no family
         raise refuse("families", families, f"names no config in {config.configs_dir}/: {unknown or 'none given'}",
-                      f"use some of {', '.join(known)}")
+                      f"use some of {', '.join(known)}, or give variants")
