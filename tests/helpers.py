@@ -364,3 +364,24 @@ def np_layer_norm(x: np.ndarray, p: dict, eps: float = 1e-12) -> np.ndarray:
 def np_gelu(x: np.ndarray) -> np.ndarray:
     """The exact (erf) GELU in numpy, BERT's."""
     return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+
+
+def combined_runs(combine_main, root: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
+    """(source, target, combined): the runs `root/source` and `root/target` made one encoder-decoder
+    by a family's combine command (GPT2GPT's, LSTM2LSTM's) into `root/combined`."""
+    source, target, out = root / "source", root / "target", root / "combined"
+    assert combine_main(["--source", str(source), "--target", str(target), "--to", str(out)]) == 0
+    return source, target, out
+
+
+def embedded_seq2seq_rows(run: pathlib.Path, n: int, source_length: int, target_length: int) -> dict[str, np.ndarray]:
+    """Seq2seq rows of `n` validation examples of the embedded task in `run`'s vocabulary, the
+    decoder starting at EOS (the combined runs' start token)."""
+    from bertology import tasks
+    from bertology.data.tokenizers import for_data
+    from bertology.train.checkpoint import load_params
+    from bertology.train.finetune import seq2seq_arrays
+
+    tokenizer = for_data(load_params(run)[1]["data"])
+    examples = tasks.get("seq2seq_embedded").load(None, log=lambda _: None)["validation"][:n]
+    return seq2seq_arrays(examples, tokenizer, source_length, target_length, tokenizer.eos_id)

@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 from flax.traverse_util import flatten_dict
 
-from bertology import models, objectives, tasks
-from bertology.data.tokenizers import for_data
+from bertology import models, objectives
 from bertology.families.gpt import model as gpt
 from bertology.families.gpt2gpt import combine
 from bertology.families.gpt2gpt.model import Model
 from bertology.train import loop
 from bertology.train.checkpoint import load_params
-from bertology.train.finetune import finetune, seq2seq_arrays
+from bertology.train.finetune import finetune
 
 SOURCE, TARGET = 24, 12  # row lengths of the seq2seq rows here
 
@@ -33,18 +32,13 @@ def runs(tmp_path_factory):
         c.data.max_seq_length = 32
         c.mesh.shape = (1, 1)
         loop.train(c, root / name)
-    assert combine.main(["--source", str(root / "source"), "--target", str(root / "target"),
-                         "--to", str(root / "combined")]) == 0
-    return root / "source", root / "target", root / "combined"
+    return helpers.combined_runs(combine.main, root)
 
 
 @pytest.fixture(scope="module")
 def rows(runs):
     """Seq2seq rows of 6 validation examples of the embedded task, the decoder starting at EOS."""
-    _, config = load_params(runs[2])
-    tokenizer = for_data(config["data"])
-    examples = tasks.get("seq2seq_embedded").load(None, log=lambda _: None)["validation"][:6]
-    return seq2seq_arrays(examples, tokenizer, SOURCE, TARGET, tokenizer.eos_id)
+    return helpers.embedded_seq2seq_rows(runs[2], 6, SOURCE, TARGET)
 
 
 def gpt_logits(params, ids, mask, block):

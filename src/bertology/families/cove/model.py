@@ -69,11 +69,51 @@ def config(model_config: Any) -> CoveConfig:
     return CoveConfig(**block_fields(model_config, CoveConfig, "CoVe model"))
 
 
-def lstm_weights(module: nn.Module, name: str, n_in: int, hidden: int) -> dict[str, Array]:
-    """One plain LSTM layer's weights in `elmo.lstmp_step`'s layout: the projection is the identity."""
-    return {"kernel": module.param(f"{name}_kernel", nn.initializers.glorot_uniform(), (n_in + hidden, 4 * hidden)),
+def lstm_weights(module: nn.Module, name: str, n_in: int, hidden: int, projection: int = 0) -> dict[str, Array]:
+    """One LSTM layer's weights in `elmo.lstmp_step`'s layout: `hidden` cells projected to
+    `projection` (ELMo's LSTMP); 0: the projection is the identity, a plain LSTM (CoVe's)."""
+    width = projection or hidden
+    glorot = nn.initializers.glorot_uniform()
+    return {"kernel": module.param(f"{name}_kernel", glorot, (n_in + width, 4 * hidden)),
             "bias": module.param(f"{name}_bias", nn.initializers.zeros, (4 * hidden,)),
-            "projection": jnp.eye(hidden)}
+            "projection": module.param(f"{name}_projection", glorot, (hidden, projection)) if projection
+            else jnp.eye(hidden)}
+
+
+def stack_weights(module: nn.Module, inputs: list[int], hidden: int, projection: int = 0) -> dict[str, Array]:
+    """`lstm_weights` of layer k reading `inputs[k]`-wide inputs, each as `layer_{k}_<name>`
+    (what `layer_step` reads)."""
+    return {f"layer_{k}_{name}": w for k, n_in in enumerate(inputs)
+            for name, w in lstm_weights(module, f"layer_{k}", n_in, hidden, projection).items()}
+
+
+def attention_weights(module: nn.Module, query: int, memory: int, combined: int, out: int) -> dict[str, Array]:
+    """`attend`'s weights: W1 [query, memory], b1, W2 [combined, out], b2."""
+    glorot, zeros = nn.initializers.glorot_uniform(), nn.initializers.zeros
+    return {"attention_kernel": module.param("attention_kernel", glorot, (query, memory)),
+            "attention_bias": module.param("attention_bias", zeros, (memory,)),
+            "combine_kernel": module.param("combine_kernel", glorot, (combined, out)),
+            "combine_bias": module.param("combine_bias", zeros, (out,))}
+
+
+def layer_step(weights: dict[str, Array], k: int, state: dict[str, Array], x: Array, cell_clip: float = 0.0,
+               proj_clip: float = 0.0) -> tuple[Array, Array]:
+    """Layer k of a stack (`stack_weights`) one step on from `state` {c, h [batch, layers, ...]}
+    on the input x: its (c, h)."""
+    layer = {name: weights[f"layer_{k}_{name}"] for name in ("kernel", "bias", "projection")}
+    x_proj = x @ layer["kernel"][: x.shape[-1]] + layer["bias"]
+    return elmo.lstmp_step(layer, (state["c"][:, k], state["h"][:, k]), x_proj, cell_clip, proj_clip)
+
+
+def attend(weights: dict[str, Array], x: Array, memory: Array, memory_mask: Array,
+           values: tuple[Array, ...]) -> tuple[Array, Array]:
+    """Luong's attention from the decoder state x [batch, d]: α = softmax(memory (W1 x + b1)) over
+    `memory` [batch, length, ·] at `memory_mask`, the contexts α^T v of each of `values` [batch,
+    length, ·], h~ = tanh(W2 [contexts; x] + b2). Returns (h~, α [batch, length])."""
+    scores = jnp.einsum("bld,bd->bl", memory, x @ weights["attention_kernel"] + weights["attention_bias"])
+    alpha = jax.nn.softmax(jnp.where(memory_mask > 0, scores, jnp.finfo(scores.dtype).min), axis=-1)
+    contexts = [jnp.einsum("bl,bld->bd", alpha, v) for v in values]
+    return jnp.tanh(jnp.concatenate([*contexts, x], -1) @ weights["combine_kernel"] + weights["combine_bias"]), alpha
 
 
 class WordVectors(nn.Module):
@@ -126,16 +166,10 @@ def decoder_step(weights: dict[str, Array], state: dict[str, Array], z: Array, m
     x = jnp.concatenate([z, state["feed"]], axis=-1)
     cs, hs = [], []
     for k in range(state["c"].shape[1]):
-        layer = {name: weights[f"layer_{k}_{name}"] for name in ("kernel", "bias")}
-        layer["projection"] = jnp.eye(state["c"].shape[-1], dtype=x.dtype)
-        x_proj = x @ layer["kernel"][: x.shape[-1]] + layer["bias"]
-        c, x = elmo.lstmp_step(layer, (state["c"][:, k], state["h"][:, k]), x_proj, 0.0, 0.0)
+        c, x = layer_step(weights, k, state, x)
         cs.append(c)
         hs.append(x)
-    scores = jnp.einsum("bld,bd->bl", memory, x @ weights["attention_kernel"] + weights["attention_bias"])
-    alpha = jax.nn.softmax(jnp.where(memory_mask > 0, scores, jnp.finfo(scores.dtype).min), axis=-1)
-    context = jnp.einsum("bl,bld->bd", alpha, memory)
-    h_tilde = jnp.tanh(jnp.concatenate([context, x], -1) @ weights["combine_kernel"] + weights["combine_bias"])
+    h_tilde, alpha = attend(weights, x, memory, memory_mask, (memory,))
     return {"c": jnp.stack(cs, 1), "h": jnp.stack(hs, 1), "feed": h_tilde}, h_tilde, alpha
 
 
@@ -152,17 +186,8 @@ class AttentionDecoder(nn.Module):
 
     def setup(self):
         cfg, h = self.cfg, self.cfg.hidden_dim
-        weights = {}
-        for k in range(cfg.n_layers):
-            n_in = cfg.embedding_dim + h if k == 0 else h  # the first layer also reads h~ of the step before
-            layer = lstm_weights(self, f"layer_{k}", n_in, h)
-            weights.update({f"layer_{k}_kernel": layer["kernel"], f"layer_{k}_bias": layer["bias"]})
-        glorot, zeros = nn.initializers.glorot_uniform(), nn.initializers.zeros
-        weights["attention_kernel"] = self.param("attention_kernel", glorot, (h, 2 * h))
-        weights["attention_bias"] = self.param("attention_bias", zeros, (2 * h,))
-        weights["combine_kernel"] = self.param("combine_kernel", glorot, (3 * h, h))
-        weights["combine_bias"] = self.param("combine_bias", zeros, (h,))
-        self.weights = weights
+        inputs = [cfg.embedding_dim + h] + [h] * (cfg.n_layers - 1)  # the first layer also reads h~ of the step before
+        self.weights = {**stack_weights(self, inputs, h), **attention_weights(self, h, 2 * h, 3 * h, h)}
 
     def step(self, state: dict[str, Array], z: Array, memory: Array, memory_mask: Array
              ) -> tuple[dict[str, Array], Array]:
@@ -179,21 +204,22 @@ class AttentionDecoder(nn.Module):
         return jnp.swapaxes(out, 0, 1)
 
 
-def _prime(model: Model, params: Any, ids: Array, mask: Array, max_new_tokens: int, start_id: int | None,
+def _prime(model: nn.Module, params: Any, ids: Array, mask: Array, max_new_tokens: int, start_id: int | None,
            mask_id: int | None, copies: int) -> tuple[Any, Array, decoding.Feed]:
-    """The source encoded once; the cache holds it and the decoder's zero state, `copies` rows per source."""
+    """The source encoded once into the model's `decoding_cache`, `copies` rows per source."""
     assert start_id is not None, "generation._inputs refuses an encoder-decoder call without decoder_start_id"
-    memory = model.apply({"params": params}, {"input_ids": ids, "input_mask": mask}, method=Model.encode)[1]
-    cache = {"cross_attention": {"memory": memory, "mask": mask}, **start(model.cfg, ids.shape[0])}
+    cache = model.apply({"params": params}, {"input_ids": ids, "input_mask": mask}, method="decoding_cache")
     feed = lambda token, step: {"decoder_input_ids": token[:, None]}  # noqa: E731
     return decoding.repeat_rows(cache, copies, False), jnp.full((ids.shape[0] * copies,), start_id, jnp.int32), feed
 
 
-def _forward(model: Model, params: Any, cache: Any, piece: dict[str, Array]) -> tuple[Array, Any]:
-    return model.apply({"params": params}, cache, piece["decoder_input_ids"][:, 0], method=Model.next_token)
+def _forward(model: nn.Module, params: Any, cache: Any, piece: dict[str, Array]) -> tuple[Array, Any]:
+    return model.apply({"params": params}, cache, piece["decoder_input_ids"][:, 0], method="next_token")
 
 
-# The encoder-decoder way of the core (a source, a start token, EOS ends) with CoVe's own cache.
+# The encoder-decoder way of the core (a source, a start token, EOS ends) for a recurrent decoder
+# with its own cache: the model's `decoding_cache(batch)` (the encoder states under
+# `cross_attention`, the decoder's zero state) and `next_token(cache, token)` -> (logits, cache).
 DECODING = dataclasses.replace(decoding.ENCODER_DECODER, prime=_prime, forward=_forward)
 
 
@@ -218,6 +244,12 @@ class Model(nn.Module):
         """(the source embeddings [batch, length, embedding_dim], the top MT-LSTM layer [batch, length, 2 · hidden])."""
         x = self.embed(batch["input_ids"])
         return x, self.encoder(x, batch["input_mask"], deterministic)[-1]
+
+    def decoding_cache(self, batch: dict[str, Array]) -> dict[str, Any]:
+        """What decoding starts from (`DECODING`): the encoded source and the decoder's zero state."""
+        memory = self.encode(batch)[1]
+        return {"cross_attention": {"memory": memory, "mask": batch["input_mask"]},
+                **start(self.cfg, memory.shape[0], memory.dtype)}
 
     def next_token(self, cache: dict[str, Any], token: Array) -> tuple[Array, dict[str, Any]]:
         """(logits [rows, vocab] float32 after feeding `token` [rows], the cache after it)."""

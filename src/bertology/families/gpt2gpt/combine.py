@@ -39,7 +39,8 @@ def block_of(source: dict[str, Any], target: dict[str, Any], causal_encoder: boo
 
 
 def fresh_params(block: dict[str, Any], seed: int = 0) -> dict:
-    """A freshly initialised GPT2GPT of `block` (what supplies the cross-attention)."""
+    """A freshly initialised encoder-decoder of `block` (what supplies GPT2GPT's cross-attention,
+    LSTM2LSTM's upper layers and attention)."""
     ids = np.ones((1, 4), np.int32)
     batch = {"input_ids": ids, "input_mask": ids, "decoder_input_ids": ids, "decoder_input_mask": ids}
     return nn.meta.unbox(jax.jit(models.build(block).init)(jax.random.key(seed), batch)["params"])
@@ -57,16 +58,23 @@ def combine(source: dict, target: dict, fresh: dict) -> dict:
     return params
 
 
+def arguments(prog: str, doc: str | None, lm: str, made: str, fresh: str) -> argparse.ArgumentParser:
+    """A combine step's arguments (GPT2GPT's, LSTM2LSTM's): the two `lm` runs, the `made` run to
+    write and the seed of its `fresh` parameters; `doc`'s first paragraph describes the step."""
+    parser = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--source", required=True, help=f"the source-side {lm} run (the encoder)")
+    parser.add_argument("--target", required=True, help=f"the target-side {lm} run (the decoder)")
+    parser.add_argument("--to", required=True, help=f"the {made} run directory to write (new)")
+    parser.add_argument("--seed", type=int, default=0, help=f"seed of the fresh {fresh}")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     from bertology.interop.hf import run_tokenizer_files, write_run
     from bertology.train.checkpoint import load_params
 
-    parser = argparse.ArgumentParser(prog="bertology.families.gpt2gpt.combine", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", required=True, help="the source-side GPT run (the encoder)")
-    parser.add_argument("--target", required=True, help="the target-side GPT run (the decoder)")
-    parser.add_argument("--to", required=True, help="the GPT2GPT run directory to write (new)")
+    parser = arguments("bertology.families.gpt2gpt.combine", __doc__, "GPT", "GPT2GPT", "cross-attention")
     parser.add_argument("--bidirectional_encoder", action="store_true", help="drop the encoder's causal mask")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the fresh cross-attention")
     args = parser.parse_args(argv)
 
     def work() -> None:

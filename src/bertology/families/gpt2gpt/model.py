@@ -22,17 +22,13 @@ GPT's rows end every document with it, so the target LM reads it as "a text star
 from __future__ import annotations
 
 import dataclasses
-from typing import cast
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
-from bertology import objectives
-from bertology.data.rows import ShuffledRows
-from bertology.generation import decoder_start_id
+from bertology.families.gpt2gpt import objective
 from bertology.models import Family, ModelConfig, encoder_config, flops, transformer_config
 from bertology.models.transformer import Decoder, EncoderDecoder
 
@@ -94,20 +90,6 @@ def flops_per_token(config: ml_collections.ConfigDict, nominal: bool = False) ->
                                  config.data.max_target_length)
 
 
-def seq2seq_training(config: ml_collections.ConfigDict, tokenizer: object, examples: list[dict], source_length: int,
-                     target_length: int) -> tuple[ShuffledRows, objectives.Objective, dict[str, np.ndarray]]:
-    """Teacher-forced rows as any encoder-decoder's, trained with the paper's objective: the
-    seq2seq loss + `source_lm_weight` x the source LM loss + `target_lm_weight` x the target LM
-    loss (fine-tuning config keys; 0 and 0 give the plain seq2seq loss)."""
-    from bertology.train.finetune import seq2seq_arrays
-
-    weights = {k: config[k] for k in ("source_lm_weight", "target_lm_weight") if k in config}  # else the objective's
-    arrays = seq2seq_arrays(examples, tokenizer, source_length, target_length,
-                            decoder_start_id(config.data, cast(nn.Module, Model), tokenizer))  # reads decoder_start
-    objective = objectives.get({"name": "gpt2gpt", "label_smoothing": config.get("label_smoothing", 0.0), **weights})
-    return ShuffledRows(arrays, config.batch_size, config.seed), objective, {k: v[:1] for k, v in arrays.items()}
-
-
 # No fine-tuning trunk: classification reads a GPT run itself (its causal trunk), not this encoder.
 FAMILY = Family(Model, trunk, flops_per_token, extra_keys=EXTRA_KEYS, build=build, task_modes=(),
-                seq2seq_training=seq2seq_training)
+                seq2seq_training=objective.seq2seq_training(Model))

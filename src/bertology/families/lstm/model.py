@@ -163,8 +163,11 @@ class Model(Trunk):
             top = layers[-1]
             if "carry" in batch:
                 out["carry"] = final
-        logits = self.embed.attend(self.dropout(top, deterministic=deterministic)).astype(jnp.float32)
-        return {"logits": logits + self.output_bias, **out}
+        return {"logits": self.softmax(top, deterministic), **out}
+
+    def softmax(self, x: Array, deterministic: bool = True) -> Array:
+        """The tied softmax's logits [..., V] float32 of top-layer outputs x [..., P] (dropout first)."""
+        return self.embed.attend(self.dropout(x, deterministic=deterministic)).astype(jnp.float32) + self.output_bias
 
 
 def trunk(params: dict) -> dict:
