@@ -64,6 +64,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[JAX_CACHE] = tempfile.mkdtemp(prefix="bertology-jax-cache-")
     if DATA_CACHE not in os.environ:
         config._bertology_data_cache = os.environ[DATA_CACHE] = tempfile.mkdtemp(prefix="bertology-data-cache-")
+    # Tokenized corpora and the embedded corpus go to the session's cache, never ~/.cache: set
+    # before any fixture (module-scoped ones included) and inherited by the workers and subprocesses.
+    os.environ["BERTOLOGY_CACHE"] = os.environ[DATA_CACHE]
     # Cache every program: most of the suite's are small, and jax skips by default those that
     # compile in under a second.
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
@@ -101,12 +104,6 @@ def _optimized(request, monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", os.environ["XLA_FLAGS"].replace(QUICK_FUSIONS.strip(), "").strip())
     yield
     jax.config.update("jax_disable_most_optimizations", before)
-
-
-@pytest.fixture(autouse=True)
-def _cache(monkeypatch):
-    """Tokenized corpora and the embedded corpus go to the session's cache, never ~/.cache."""
-    monkeypatch.setenv("BERTOLOGY_CACHE", os.environ[DATA_CACHE])
 
 
 @pytest.fixture

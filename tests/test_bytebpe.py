@@ -5,7 +5,6 @@ and the errors of bad files."""
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import random
 
@@ -41,11 +40,8 @@ WHITESPACE += "\u2028\u2029\u202f\u205f\u3000"
 
 @pytest.fixture(scope="module")
 def corpus():
-    """The embedded corpus, built in the session's test cache (module fixtures run before its
-    autouse fixture sets BERTOLOGY_CACHE)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("BERTOLOGY_CACHE", os.environ["BERTOLOGY_TEST_CACHE"])
-        return embedded_corpus_path()
+    """The embedded corpus, built in the session's test cache."""
+    return embedded_corpus_path()
 
 
 @pytest.fixture(scope="module")
