@@ -3,15 +3,16 @@ miniature of BERT's GLUE comparison row "BiLSTM+ELMo+Attn" vs BERT (Devlin et al
 
     python -m benchmarks.pre_bert_table --workdir runs/pre_bert --reference-steps 200
 
-Tiny BERT pretrains `reference-steps` steps; tiny ELMo (biLM) and the tiny LSTM LM (Dai & Le)
-get the steps that buy the same nominal FLOPs at their own cost per token
+Tiny BERT pretrains `reference-steps` steps; tiny ELMo (biLM), the tiny LSTM LM (Dai & Le) and
+tiny GPT get the steps that buy the same nominal FLOPs at their own cost per token
 (`bertology.sweep.flops_per_token`, the equal-FLOP sweep's count), at the same batch and row
-length (WordPieces for BERT, words for the LSTMs). Each is then fine-tuned on the embedded task
-with `configs/finetune/embedded.py`: ELMo frozen through its scalar mix (`mode=features`, as
-Peters et al. use it) under a linear head and under GLUE's BiLSTM+Attn task model
-(`models/task_encoders.py`), the LSTM LM and BERT whole (`mode=full`), plus BERT and the LSTM
-from scratch. Prints a Markdown table; finished runs are kept, so a stopped run continues, and
-`--rows` runs some of them.
+length (WordPieces for BERT, words for the LSTMs, byte-level BPE for GPT). Each is then
+fine-tuned on the embedded task with `configs/finetune/embedded.py`: ELMo frozen through its
+scalar mix (`mode=features`, as Peters et al. use it) under a linear head and under GLUE's
+BiLSTM+Attn task model (`models/task_encoders.py`), the LSTM LM and BERT whole (`mode=full`);
+GPT whole as Radford et al. fine-tune it (`configs/finetune/gpt.py`: the causal trunk read at the
+last token, plus half its LM loss); plus BERT, GPT and the LSTM from scratch. Prints a Markdown
+table; finished runs are kept, so a stopped run continues, and `--rows` runs some of them.
 """
 
 from __future__ import annotations
@@ -28,15 +29,21 @@ from bertology.sweep import flops_per_token, load_config
 from bertology.train.finetune import trainable_mask
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
-# (run name, row label, pretraining config or None, fine-tuning mode, from-scratch model config, task encoder)
+# (run name, row label, pretraining config or None, fine-tuning mode, from-scratch model config, task encoder,
+# fine-tuning config in configs/finetune/)
 ROWS = (
-    ("lstm_scratch", "LSTM, from scratch", None, "full", "lstm_lm", "none"),
-    ("lstm_lm", "LSTM, LSTM-LM initialisation (Dai & Le)", "lstm_lm", "full", None, "none"),
-    ("elmo", "BiLSTM biLM, ELMo features (frozen, scalar mix + linear head)", "elmo", "features", None, "none"),
+    ("lstm_scratch", "LSTM, from scratch", None, "full", "lstm_lm", "none", "embedded.py"),
+    ("lstm_lm", "LSTM, LSTM-LM initialisation (Dai & Le)", "lstm_lm", "full", None, "none", "embedded.py"),
+    ("elmo", "BiLSTM biLM, ELMo features (frozen, scalar mix + linear head)", "elmo", "features", None, "none",
+     "embedded.py"),
     ("elmo_bilstm_attn", "BiLSTM biLM, ELMo features (frozen, scalar mix) + BiLSTM+Attn task model", "elmo",
-     "features", None, "bilstm_attn"),
-    ("bert_scratch", "BERT, from scratch", None, "full", "bert", "none"),
-    ("bert", "BERT, pretrained (MLM + NSP)", "bert", "full", None, "none"),
+     "features", None, "bilstm_attn", "embedded.py"),
+    ("gpt_scratch", "GPT, from scratch (causal trunk, last token; + 0.5 LM loss)", None, "full", None, "none",
+     "gpt.py"),
+    ("gpt", "GPT, pretrained (causal LM; fine-tuned as Radford et al.: last token, + 0.5 LM loss)", "gpt", "full",
+     None, "none", "gpt.py"),
+    ("bert_scratch", "BERT, from scratch", None, "full", "bert", "none", "embedded.py"),
+    ("bert", "BERT, pretrained (MLM + NSP)", "bert", "full", None, "none", "embedded.py"),
 )
 
 
@@ -61,10 +68,11 @@ def flops_per_step(name: str, batch_size: int, length: int) -> float:
 
 
 def finetune_config(init: str | None, mode: str, scratch: str | None, epochs: int, length: int,
-                    task_encoder: str = "none") -> ml_collections.ConfigDict:
-    """`configs/finetune/embedded.py` from `init`, or from scratch with the `model` block (and
-    vocabulary) of `configs/<scratch>.py:tiny`; a task encoder at its default (small) size."""
-    c = load_config(CONFIGS / "finetune" / "embedded.py")
+                    task_encoder: str = "none", file: str = "embedded.py") -> ml_collections.ConfigDict:
+    """`configs/finetune/<file>` on the embedded task from `init`, or from scratch with the `model`
+    block (and vocabulary) of `configs/<scratch>.py:tiny` (or the file's own model, as GPT's file
+    has); a task encoder at its default (small) size."""
+    c = load_config(CONFIGS / "finetune" / file)
     c.update(init_checkpoint=init, mode=mode, epochs=epochs)
     c.task_encoder.name = task_encoder
     c.data.max_seq_length = length
@@ -82,7 +90,7 @@ def run(workdir: pathlib.Path, reference_steps: int, batch_size: int, length: in
 
     budget = reference_steps * flops_per_step("bert", batch_size, length)
     rows = []
-    for name, label, pre, mode, scratch, task_encoder in ROWS:
+    for name, label, pre, mode, scratch, task_encoder, file in ROWS:
         if name not in names:
             continue
         record = workdir / f"{name}.json"
@@ -95,8 +103,8 @@ def run(workdir: pathlib.Path, reference_steps: int, batch_size: int, length: in
             init = workdir / "pretrain" / pre
             if not (init / "checkpoints").is_dir() or not any((init / "checkpoints").iterdir()):
                 train(pretrain_config(pre, steps, batch_size, length), init)
-        result = finetune(finetune_config(init and str(init), mode, scratch, epochs, finetune_length, task_encoder),
-                          workdir / "finetune" / name)
+        result = finetune(finetune_config(init and str(init), mode, scratch, epochs, finetune_length, task_encoder,
+                                          file), workdir / "finetune" / name)
         params = result["params"]
         trained = sum(x.size for x, t in zip(jax.tree.leaves(params), jax.tree.leaves(trainable_mask(params, mode))) if t)
         row = {"label": label, "mode": mode, "steps": steps,
