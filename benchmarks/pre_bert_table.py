@@ -38,7 +38,7 @@ ROWS = (
      "embedded.py"),
     ("elmo_bilstm_attn", "BiLSTM biLM, ELMo features (frozen, scalar mix) + BiLSTM+Attn task model", "elmo",
      "features", None, "bilstm_attn", "embedded.py"),
-    ("gpt_scratch", "GPT, from scratch (causal trunk, last token; + 0.5 LM loss)", None, "full", None, "none",
+    ("gpt_scratch", "GPT, from scratch (causal trunk, last token; + 0.5 LM loss)", None, "full", "gpt", "none",
      "gpt.py"),
     ("gpt", "GPT, pretrained (causal LM; fine-tuned as Radford et al.: last token, + 0.5 LM loss)", "gpt", "full",
      None, "none", "gpt.py"),

@@ -161,6 +161,9 @@ CASES = [
                                       "--config.budgets=(0.0,)"), "budgets"),
     ("sweep unknown family", "sweep", _args("sweep", "--config=configs/sweep/equal_flops.py", "--workdir={p.out}",
                                             "--config.families=('bert','gpt9')"), "gpt9"),
+    ("sweep with neither families nor variants", "sweep", _args(
+        "sweep", "--config=configs/sweep/equal_flops.py", "--workdir={p.out}", "--config.families=()"),
+     "names no config in configs/: none given"),
     ("sweep batch_size=0", "sweep", _args("sweep", "--config=configs/sweep/equal_flops.py", "--workdir={p.out}",
                                           "--config.batch_size=0"), "batch_size=0"),
     ("convert config.json not JSON", "convert", _args("--from", "hf", "--in", "{p.bad_json}", "--out", "{p.out}"), "config.json"),

@@ -197,3 +197,16 @@ def test_kernels_smoke_formulations_compute_the_same_function(tmp_path):
         assert row["us"] > 0
     assert (tmp_path / "kernels.md").read_text().count("| gelu |") == 2
 
+
+
+def test_every_pre_bert_row_fine_tunes_in_its_pretraining_vocabulary():
+    """A from-scratch row builds the network and tokenizer its family pretrains with (GPT: the
+    byte-level BPE, not the fine-tuning default WordPiece), so it differs from its family's
+    pretrained row by the initialisation alone (a pretrained row's come from its checkpoint)."""
+    from benchmarks import pre_bert_table as table
+
+    scratch_rows = [row for row in table.ROWS if row[2] is None]
+    assert {row[4] for row in scratch_rows} == {"lstm_lm", "gpt", "bert"}
+    for name, _, _, mode, scratch, encoder, file in scratch_rows:
+        c, pre = table.finetune_config(None, mode, scratch, 1, 64, encoder, file), table.pretrain_config(scratch, 1, 16, 32)
+        assert (c.data.vocab, c.model.to_dict()) == (pre.data.vocab, pre.model.to_dict()), name

@@ -176,9 +176,15 @@ def test_layer_index_places_the_aggregators_after_the_text_layers():
     assert layer_index(("pooler", "kernel")) is None
 
 
-def test_task_rows_read_the_entities_of_their_mentions(tmp_path):
+def test_task_rows_read_the_entities_of_their_mentions(tmp_path, monkeypatch):
     """`task_inputs` aligns task rows (a choice task's [rows, choices, length] too) with the run's
-    graph `model.kg` as pretraining aligns its rows, and carries each entity's own vector, uncorrupted."""
+    graph `model.kg` as pretraining aligns its rows, and carries each entity's own vector, uncorrupted.
+    The graph is read once for every split, and again once its files change."""
+    from bertology.families.ernie_kg import model as ernie_model
+
+    ernie_model._aligner.cache_clear()
+    reads = []
+    monkeypatch.setattr(knowledge, "read_graph", lambda d, read=knowledge.read_graph: reads.append(d) or read(d))
     tok = load_tokenizer(embedded.DEFAULT_VOCAB)
     vectors = np.arange(1, 13, dtype=np.float32).reshape(4, 3)
     knowledge.write_graph(tmp_path, ["json", "json.dumps", "io.TextIOWrapper", "os"], vectors,
@@ -197,6 +203,11 @@ def test_task_rows_read_the_entities_of_their_mentions(tmp_path):
     choices = task_inputs(cfg, tok, {k: v[None] for k, v in rows.items()}, "multiple_choice")
     for key in ("entity_vectors", "entity_mask"):
         np.testing.assert_array_equal(choices[key], out[key][None])
+    assert len(reads) == 1
+    knowledge.write_graph(tmp_path, ["json", "json.dumps", "io.TextIOWrapper", "os"], -vectors,
+                          [("json.dumps", 1), ("TextIOWrapper", 2), ("json", 0)], np.zeros((0, 3), np.int64))
+    np.testing.assert_array_equal(task_inputs(cfg, tok, rows, "classification")["entity_vectors"], -out["entity_vectors"])
+    assert len(reads) == 2
 
 
 # a slice of the embedded example: these packages' modules, classes and functions and their docstrings

@@ -245,7 +245,7 @@ def test_the_roberta_batch_sweep_trades_steps_for_batch_at_equal_rows(tmp_path):
     runs = sweep.plan(c)
     assert [(r["variant"], r["batch"], r["steps"]) for r in runs] == [
         ("batch_16", 16, 1200), ("batch_128", 128, 150), ("batch_512", 512, round(1200 * 16 / 512))]
-    assert runs[1]["flops"] == pytest.approx(runs[0]["flops"])
+    assert [r["flops"] for r in runs] == pytest.approx([runs[0]["flops"]] * 3, rel=0.02)  # 38 steps for 37.5
     configs = [sweep._pretrain_config(c, v.config, r["steps"], v.overrides) for v, r in zip(sweep.variants(c), runs)]
     for pc, r in zip(configs, runs):
         validation.check(pc)

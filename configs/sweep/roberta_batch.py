@@ -1,6 +1,6 @@
 """RoBERTa's batch-size comparison (Liu et al. 2019, §5.3 and Table 3) in miniature: tiny BERT
-pretrained on the embedded corpus with three batch sizes at equal rows seen (steps × batch) and
-so equal FLOPs, the learning rate raised with the batch by the paper's ratios, fine-tuned on the
+pretrained on the embedded corpus with three batch sizes at equal rows seen (steps × batch, to a
+rounded step: batch 512 gets 38 steps for 37.5) and so equal FLOPs, the learning rate raised with the batch by the paper's ratios, fine-tuned on the
 embedded task, three seeds each, medians reported
 (python -m bertology.sweep --config configs/sweep/roberta_batch.py --workdir runs/roberta_batch).
 

@@ -92,9 +92,13 @@ class Family:
     seq2seq_training: Callable[..., tuple[Any, Any, dict]] | None = None
 
     def __post_init__(self) -> None:
-        if (self.task_inputs is None) != (not self.task_input_keys):
-            raise TypeError(f"{self.model.__module__}: a Family's task_inputs hook and its task_input_keys (the "
-                            "arrays the hook adds, which the trunk reads) come together")
+        where = self.model.__module__
+        if self.task_inputs is not None and not self.task_input_keys:
+            raise TypeError(f"{where}: the Family has a task_inputs hook but no task_input_keys; name the arrays "
+                            "the hook adds there, or the trunk never receives them")
+        if self.task_input_keys and self.task_inputs is None:
+            raise TypeError(f"{where}: the Family names task_input_keys {self.task_input_keys} but has no "
+                            "task_inputs hook to add them; give the hook or drop the keys")
 
     def trunk_config(self, model_config: ModelConfig) -> Any:
         """The trunk's config of a `model` block (a TransformerConfig for most families)."""

@@ -619,7 +619,8 @@ def _seq2seq_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
     examples (`perplexity`, `token_accuracy`): a toy-budget model that decodes one degenerate
     string for every source still ranks by them. A family with its own seq2seq training (UniLM:
     `[CLS] source [SEP] target [SEP]` under the sequence-to-sequence mask, MLM on
-    `data.target_mask_prob` of the target tokens) trains and decodes its way."""
+    `data.target_mask_prob` of the target tokens; GPT2GPT and LSTM2LSTM: the seq2seq loss plus
+    their two LM losses) trains and decodes its way, and is scored by generation alone."""
     if config.mode != "full":
         raise UserError(f"mode={config.mode!r}: seq2seq tasks fine-tune the whole model; use mode=full")
     model, family, pretrained, tokenizer, vocab, start = _seq2seq_model(config)

@@ -212,10 +212,11 @@ def task_trunk(cfg: Config, name: str) -> KnowledgeEncoder:
     return KnowledgeEncoder(cfg, name=name)
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=1)
 def _aligner(directory: pathlib.Path, stamp: tuple, tokenizer: Tokenizer) -> tuple[knowledge.Graph, knowledge.MentionMatcher]:
     """The graph and its mention matcher, read once for every split a task aligns (`stamp`: the
-    files' times and sizes, so a graph rewritten in place is read again)."""
+    files' times and sizes, so a graph rewritten in place is read again). One is kept: a real
+    graph's vectors take gigabytes, and a fine-tuning run reads one graph."""
     del stamp
     graph = knowledge.read_graph(directory)
     return graph, knowledge.MentionMatcher(graph.mentions, tokenizer)
