@@ -9,9 +9,10 @@ A sweep config names what to pretrain and what to fine-tune it on:
 - `variants`: further variants, each a dict `name`, `config` (`file.py[:arg]` in `configs_dir`),
   optional `overrides` (a nested dict over that config, applied after the sweep's shapes, e.g.
   `{"data": {"noise": {"kind": "iid"}}}`; one that sets `batch_size` gets the steps its budget buys
-  at that batch, to rounding, and where the variants' batches differ the table shows steps × batch) and optional `init_from` (a config spec pretrained first
-  on `init_share`, default 0.5, of the budget, whose run initialises this one: the BERT-as-encoder
-  route); the table lists families, then variants, in order;
+  at that batch, to rounding, and where the variants' batches differ the table shows steps ×
+  batch) and optional `init_from` (a config spec pretrained first on `init_share`, default 0.5, of
+  the budget, whose run initialises this one: the BERT-as-encoder route); the table lists
+  families, then variants, in order;
 - `reference`: the variant whose `reference_steps` steps are a budget of 1;
 - `finetune`: one block per fine-tuning target, its keys overriding the target's config:
   `classification` (`finetune/embedded.py`, scored by accuracy) and/or `seq2seq`
