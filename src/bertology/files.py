@@ -9,7 +9,7 @@ import os
 import pathlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from etils import epath
 
@@ -77,3 +77,13 @@ def new_directory(path: str | os.PathLike) -> Iterator[pathlib.Path]:
 def is_remote(path: str | os.PathLike) -> bool:
     """A cloud path (gs://, s3://): no appends, no renames, no local-file APIs."""
     return "://" in str(path)
+
+
+def stamps(paths: Iterable[pathlib.Path]) -> str:
+    """One line per file, `absolute path|size|mtime_ns`: what a cache keyed on its input files
+    hashes or compares, so that a file rewritten in place invalidates it."""
+    lines = []
+    for path in paths:
+        st = path.stat()
+        lines.append(f"{path.absolute()}|{st.st_size}|{st.st_mtime_ns}\n")
+    return "".join(lines)

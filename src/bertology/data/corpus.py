@@ -32,6 +32,7 @@ from bertology.data import hub, tables
 from bertology.data import prepare as prepare_lib
 from bertology.data.tokenizers import Tokenizer, tokenizer_files
 from bertology.errors import UserError
+from bertology.files import stamps
 
 Document = list[np.ndarray]  # one int32 array of token ids per sentence
 EVAL_EVERY = 50  # document i is held out when (i + 1) % EVAL_EVERY == 0
@@ -117,9 +118,7 @@ def cache_key(corpus: str | pathlib.Path, files: list[pathlib.Path], tokenizer_p
     """What the prepared shards depend on: the input files, the tokenizer, the record layout (and
     for tables the text column)."""
     h = hashlib.sha256()
-    for f in files:
-        st = f.stat()
-        h.update(f"{f.absolute()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    h.update(stamps(files).encode())
     h.update(tokenizer_digest(tokenizer_path).encode())
     h.update(f"eval_every={EVAL_EVERY}|format={FORMAT}|chunk={prepare_lib.CHUNK_BYTES}|{corpus}".encode())
     if any(f.suffix.lower() in tables.SUFFIXES for f in files):

@@ -25,7 +25,7 @@ import tensorflow_datasets as tfds
 
 from bertology.data.corpus import default_cache_dir
 from bertology.errors import UserError
-from bertology.files import atomic_write
+from bertology.files import atomic_write, stamps
 
 Example = dict[str, Any]
 
@@ -168,9 +168,7 @@ def load(
 ) -> Splits:
     """{split: examples in file order} with their `reads`, preparing the TFDS dataset on first use."""
     h = hashlib.sha256(f"{name}|{LocalTask.VERSION}".encode())
-    for f in files:
-        st = f.stat()
-        h.update(f"{f.absolute()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    h.update(stamps(files).encode())
     data_dir = pathlib.Path(cache_dir or default_cache_dir()) / "tasks" / f"{name}-{h.hexdigest()[:16]}"
     report = data_dir / "reads.json"
     builder = LocalTask(features=features, data_dir=str(data_dir), file_format="array_record")

@@ -444,13 +444,14 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
                         "set lm_weight=0")
     objective = objectives.get({"name": "finetune", "lm_weight": config.lm_weight} if teacher is None else
                                {"name": "tinybert", "stage": "prediction", "temperature": config.distill_temperature})
+    keys = input_keys(trunk.family)
 
     def evaluator(run: run_lib.Run) -> Callable[[Any], dict[str, Any]]:
         apply = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True))
 
         def evaluate(params) -> dict[str, Any]:
             scores, preds = task_scores(task, splits, feats, lambda f: batched_outputs(
-                apply, params, f, config.eval_batch_size, run.shard, input_keys(trunk.family)), config.data)
+                apply, params, f, config.eval_batch_size, run.shard, keys), config.data)
             return {"scores": scores, "predictions": preds}
         return evaluate
 
@@ -462,7 +463,7 @@ def encoder_job(config: ml_collections.ConfigDict, task: tasks.Task) -> Job:
     return Job(config=ml_collections.FrozenConfigDict(config), task=task.name, kind=task.kind, primary=task.primary,
                model=model, objective=objective,
                rows=ShuffledRows(training_rows(feats), config.batch_size, config.seed),
-               example={k: v[:1] for k, v in train_arrays.items() if k in input_keys(trunk.family)}, n_train=n_train, total=total,
+               example={k: v[:1] for k, v in train_arrays.items() if k in keys}, n_train=n_train, total=total,
                optimizer=encoder_optimizer(config, trunk, opt_cfg, total, n_train, plan),
                start_params=None if start is None else (lambda fresh: start_from(fresh, start, config.init_checkpoint)),
                evaluator=evaluator, finish=finish,

@@ -204,7 +204,8 @@ def job(config: ml_collections.ConfigDict) -> finetune.Job:
     heads = tuple(Head(name, task[name].kind, kinds.of(task[name].kind).width(task[name]), config.head_dropout.get(name))
                   for name in config.tasks)
     model = MultiTaskModel(trunk.cfg, heads, config.mode, trunk.family, pals)
-    examples = {name: {k: v[:1] for k, v in feats["train"].arrays.items() if k in input_keys(trunk.family)}
+    keys = input_keys(trunk.family)
+    examples = {name: {k: v[:1] for k, v in feats["train"].arrays.items() if k in keys}
                 for name, (_, feats) in features.items()}
     counts = parameter_counts(trunk, heads, examples, config.adapter_size, pals)
     log("parameters to serve every task:\n" + parameter_table(counts))
@@ -220,8 +221,7 @@ def job(config: ml_collections.ConfigDict) -> finetune.Job:
             scores, preds, primaries = {}, {}, []
             for name, (splits, feats) in features.items():
                 def outputs(f: kinds.Features, name: str = name) -> dict[str, np.ndarray]:
-                    return finetune.batched_outputs(applies[name], params, f, config.eval_batch_size, run.shard,
-                                                   input_keys(trunk.family))
+                    return finetune.batched_outputs(applies[name], params, f, config.eval_batch_size, run.shard, keys)
 
                 own, preds[name] = finetune.task_scores(task[name], splits, feats, outputs, data[name])
                 scores.update({f"{name}/{k}": v for k, v in own.items()})

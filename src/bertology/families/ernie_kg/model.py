@@ -47,6 +47,7 @@ import numpy as np
 from bertology.data.tokenizers import Tokenizer
 from bertology.errors import UserError
 from bertology.families.ernie_kg import knowledge
+from bertology.files import stamps
 from bertology.models import Family, ModelConfig, encoder_config, flops, layout, transformer_config
 from bertology.models.heads import ClassifierHead, MaskedLMHead
 from bertology.models.transformer import (
@@ -213,9 +214,9 @@ def task_trunk(cfg: Config, name: str) -> KnowledgeEncoder:
 
 
 @functools.lru_cache(maxsize=1)
-def _aligner(directory: pathlib.Path, stamp: tuple, tokenizer: Tokenizer) -> tuple[knowledge.Graph, knowledge.MentionMatcher]:
+def _aligner(directory: pathlib.Path, stamp: str, tokenizer: Tokenizer) -> tuple[knowledge.Graph, knowledge.MentionMatcher]:
     """The graph and its mention matcher, read once for every split a task aligns (`stamp`: the
-    files' times and sizes, so a graph rewritten in place is read again). One is kept: a real
+    files' `bertology.files.stamps`, so a graph rewritten in place is read again). One is kept: a real
     graph's vectors take gigabytes, and a fine-tuning run reads one graph."""
     del stamp
     graph = knowledge.read_graph(directory)
@@ -239,8 +240,7 @@ def task_inputs(cfg: Config, tokenizer: Tokenizer, arrays: dict[str, np.ndarray]
         raise UserError(f"model.kg={cfg.kg!r}: no such directory here; fine-tuning aligns task text with the graph "
                         "the run was pretrained on, so give that graph at this path (a relative path is read from "
                         "the current directory)")
-    stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size) for f in map(directory.joinpath, knowledge.FILES)
-                  if f.is_file())
+    stamp = stamps(f for f in map(directory.joinpath, knowledge.FILES) if f.is_file())
     graph, matcher = _aligner(directory, stamp, cast(Hashable, tokenizer))  # the tokenizer objects hash by identity
     ids = arrays["input_ids"]
     aligned = np.asarray([matcher.align(row) for row in ids.reshape(-1, ids.shape[-1])], np.int32).reshape(ids.shape)
