@@ -2,7 +2,8 @@
 
     python -m benchmarks.accelerator [--cases bert128,bert512,bert512_xla,gpt2,t5,t5_cudnn] [--steps 10]
                                      [--vocab_multiple 128] [--profile] [--hlo DIR]
-                                     [--variant NAME:OPTION=VALUE,...] [--out runs/benchmarks]
+                                     [--variant NAME:OPTION=VALUE,...] [--variant_cases bert512]
+                                     [--out runs/benchmarks]
     python -m benchmarks.accelerator --smoke      # tiny shapes, float32, CPU: seconds (CI runs it)
 
 The cases are BERT-base (MLM + NSP) at 32×128 and 32×512, GPT-2 124M at 16×1024 and T5-base at
@@ -31,7 +32,8 @@ step; every kernel's time goes to `--out/profile_<case>.json`).
 `--variant NAME:OPTION=VALUE,...` (repeatable) also compiles each case's step with those XLA
 options (`compiled(compiler_options=...)`, e.g. `triton_off:xla_gpu_enable_triton_gemm=false`)
 and times it in the same turns as the default compile, one extra row per variant: an A/B of
-compiler flags in one process, without a second run's setup.
+compiler flags in one process, without a second run's setup. `--variant_cases` limits the variants
+to some cases (each variant is one more compile of the case: about a minute at BERT-base size).
 """
 
 from __future__ import annotations
@@ -348,6 +350,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--hlo", default=None, help="write each case's compiled program text to this directory")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:OPTION=VALUE,...",
                    help="also time each case compiled with these XLA options (repeatable)")
+    p.add_argument("--variant_cases", default=None, help="comma-separated: run the variants for these cases only")
     p.add_argument("--out", default="runs/benchmarks")
     args = p.parse_args(argv)
     variants = {}
@@ -368,6 +371,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         if unknown:
             p.error(f"unknown cases {unknown}; pick from {list(known)}")
         cases = tuple(known[w] for w in args.cases.split(","))
+    varied = set(args.variant_cases.split(",")) if args.variant_cases else {c.name for c in cases}
+    if not varied <= {c.name for c in cases}:
+        p.error(f"--variant_cases {sorted(varied - {c.name for c in cases})} are not among the cases run")
     dtype = "float32" if args.smoke else "bfloat16"
     out = pathlib.Path(args.out)
     info = versions()
@@ -377,7 +383,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for case in cases:
         try:
             measured = measure(case, dtype, 2 if args.smoke else args.steps, peak, args.profile, not args.no_reference,
-                               args.vocab_multiple, args.chunk, args.hlo and pathlib.Path(args.hlo), variants, out)
+                               args.vocab_multiple, args.chunk, args.hlo and pathlib.Path(args.hlo),
+                               variants if case.name in varied else None, out)
         except Exception as e:  # noqa: BLE001 - one failing case must not lose the others' numbers
             traceback.print_exc()
             measured = [{"case": case.name, "backend": case.backend, "ran": f"failed: {type(e).__name__}: {str(e)[:200]}"}]

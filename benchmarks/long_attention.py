@@ -3,7 +3,8 @@ sparse scheme, one model size, one process.
 
     python -m benchmarks.long_attention [--lengths 512,1024,2048,4096,8192,16384] [--schemes full,longformer]
                                         [--window 256] [--max_gib 16] [--steps 3] [--backend auto]
-    python -m benchmarks.long_attention --smoke      # two short lengths, tiny model: seconds (CI runs it)
+                                        [--dtype bfloat16]
+    python -m benchmarks.long_attention --smoke      # two short lengths, tiny model: ~3 min on 2 CPU cores, compiling
 
 Every scheme runs the same trunk size (`SIZE`: 2 layers, hidden 256, 4 heads of 64, FFN 1024,
 a 2048-token table so the output layer does not hide the attention) under its family's MLM
@@ -58,8 +59,8 @@ class Scheme:
     model: Callable[[int], dict[str, Any]]  # window -> the scheme's model settings
     preset: str = "tiny"
 
-    def config(self, length: int, window: int, size: dict[str, int], backend: str) -> Any:
-        c = recipe_config(self.recipe, self.preset, VOCAB, "float32", "none")
+    def config(self, length: int, window: int, size: dict[str, int], backend: str, dtype: str = "float32") -> Any:
+        c = recipe_config(self.recipe, self.preset, VOCAB, dtype, "none")
         c.model.update(size, **self.model(window), max_position_embeddings=length + c.model.get("position_offset", 0),
                        dropout_rate=0.0, attention_dropout_rate=0.0)
         if backend != "xla" and self.name == "full":  # the sparse families compute on xla alone
@@ -83,11 +84,12 @@ SCHEMES = (
 
 
 def measure(scheme: Scheme, length: int, window: int, size: dict[str, int], steps: int, max_gib: float,
-            backend: str) -> dict[str, Any]:
-    config = scheme.config(length, window, size, backend)
+            backend: str, dtype: str = "float32") -> dict[str, Any]:
+    config = scheme.config(length, window, size, backend, dtype)
     batch = random_batch(models.encoder_config(config.model), 1, length, config.data.max_predictions_per_seq)
     batch["segment_ids"] = np.zeros_like(batch["segment_ids"])  # one segment type in every scheme
-    row: dict[str, Any] = {"scheme": scheme.name, "length": length, "window": window if scheme.name != "full" else None}
+    row: dict[str, Any] = {"scheme": scheme.name, "length": length, "window": window if scheme.name != "full" else None,
+                           "dtype": dtype}
     # compiled first: a length whose plan is over `max_gib` is never allocated
     step, row["setup_s"], memory = ours_step(config, batch, max_bytes=max_gib * GiB)
     if memory is not None:
@@ -143,6 +145,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--max_gib", type=float, default=16.0, help="skip a step whose XLA plan is larger")
     p.add_argument("--backend", default="xla", help="full attention's model.attention_backend (auto on a GPU/TPU)")
+    p.add_argument("--dtype", default="float32", help="compute dtype (bfloat16: what cuDNN's fused kernel takes)")
     p.add_argument("--out", default="runs/benchmarks")
     args = p.parse_args(argv)
     lengths = [64, 128] if args.smoke else [int(x) for x in args.lengths.split(",")]
@@ -156,7 +159,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = []
     for length in lengths:
         for scheme in (s for s in SCHEMES if s.name in wanted):
-            row = measure(scheme, length, window, size, 1 if args.smoke else args.steps, args.max_gib, args.backend)
+            row = measure(scheme, length, window, size, 1 if args.smoke else args.steps, args.max_gib, args.backend,
+                          args.dtype)
             row["device"] = info["device"]
             rows.append(row)
             print(json.dumps(row), flush=True)

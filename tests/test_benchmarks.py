@@ -167,8 +167,11 @@ def test_accelerator_smoke_measures_ours_against_pytorch(tmp_path):
     from benchmarks import accelerator
 
     rows = accelerator.main(["--smoke", "--out", str(tmp_path), "--peak_flops", "1e12", "--cases", "gpt2,bert128,t5",
-                             "--hlo", str(tmp_path / "hlo")])
-    assert [r["case"] for r in rows] == ["gpt2", "bert128", "t5"]  # in the order asked for
+                             "--hlo", str(tmp_path / "hlo"), "--variant", "exact:xla_cpu_enable_fast_math=false",
+                             "--variant_cases", "gpt2"])
+    assert [r["case"] for r in rows] == ["gpt2", "gpt2[exact]", "bert128", "t5"]  # in the order asked for
+    variant = rows.pop(1)
+    assert variant["options"] == {"xla_cpu_enable_fast_math": False} and variant["vs_default"] > 0
     for row in rows:
         assert row["ran"] == "xla", row  # auto on a CPU
         assert row["tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
