@@ -27,7 +27,8 @@ memory (ours: XLA's plan for the step, arguments + temporaries; theirs: PyTorch'
 peak), and the versions. Compiles go through JAX's persistent cache (--cache_dir), so a second
 run on the same machine skips them. `--profile` traces three steps of ours per case with
 jax.profiler and prints where the device time went (kernel classes, the top kernels, kernels per
-step; every kernel's time goes to `--out/profile_<case>.json`).
+step, and the share of the device's timeline no kernel fills; every kernel's time goes to
+`--out/profile_<case>.json`).
 
 `--variant NAME:OPTION=VALUE,...` (repeatable) also compiles each case's step with those XLA
 options (`compiled(compiler_options=...)`, e.g. `triton_off:xla_gpu_enable_triton_gemm=false`)
@@ -219,13 +220,18 @@ def alternate(steps: list[Callable[..., None]], n: int, warmup: int = 2, chunk: 
 
 def kernel_profile(step: Callable[..., None], steps: int = 3, top: int = 20,
                    dump: pathlib.Path | None = None) -> dict[str, Any]:
-    """Where the device time of `steps` steps goes: shares by kernel class, the top kernels and
-    the kernel launches per step, from jax.profiler's Perfetto trace (device events only; empty
-    on CPU). `dump`: write every kernel's milliseconds per step and launches per step there."""
+    """Where the device time of `steps` steps goes: shares by kernel class, the top kernels, the
+    kernel launches per step, and how much of the device's timeline the kernels fill, from
+    jax.profiler's Perfetto trace (device events only; empty on CPU). The steps are queued as in
+    training (the host waits after the last only), so `device_span_ms_per_step` (first kernel's
+    start to last kernel's end, per step) is what the queued step costs the device, and
+    `device_idle_share` is the part of that span no kernel runs in: gaps between kernels that
+    the host or the launches leave. `dump`: write every kernel's milliseconds per step and
+    launches per step there."""
     with tempfile.TemporaryDirectory() as d:
         jax.profiler.start_trace(d, create_perfetto_trace=True)
-        for _ in range(steps):
-            step()
+        for i in range(steps):
+            step(wait=i == steps - 1)
         jax.profiler.stop_trace()
         traces = sorted(pathlib.Path(d).rglob("perfetto_trace.json.gz"))
         if not traces:
@@ -236,10 +242,12 @@ def kernel_profile(step: Callable[..., None], steps: int = 3, top: int = 20,
                and any(s in str(e.get("args", {}).get("name", "")) for s in ("GPU", "TPU", "/device:"))}
     kernels: Counter = Counter()
     launches: Counter = Counter()
+    intervals = []
     for e in events:
         if e.get("ph") == "X" and e.get("pid") in devices and "dur" in e:
             kernels[e["name"]] += e["dur"]
             launches[e["name"]] += 1
+            intervals.append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
     total = sum(kernels.values())
     if not total:
         return {}
@@ -250,9 +258,22 @@ def kernel_profile(step: Callable[..., None], steps: int = 3, top: int = 20,
         dump.parent.mkdir(parents=True, exist_ok=True)
         dump.write_text(json.dumps([{"kernel": n, "class": kernel_class(n), "ms_per_step": d / steps / 1e3,
                                      "launches_per_step": launches[n] / steps} for n, d in kernels.most_common()]))
+    span, busy = timeline(intervals)
     return {"device_ms_per_step": total / steps / 1e3, "kernels_per_step": sum(launches.values()) / steps,
+            "device_span_ms_per_step": span / steps / 1e3, "device_idle_share": round(1 - busy / span, 3),
             "classes": {c: round(d / total, 3) for c, d in classes.most_common()},
             "top": [(n[:90], round(d / total, 3)) for n, d in kernels.most_common(top)]}
+
+
+def timeline(intervals: list[tuple[float, float]]) -> tuple[float, float]:
+    """(span, busy) of [start, end) intervals: from the first start to the last end, and the length
+    of their union (kernels on several streams overlap; counting them twice would hide a gap)."""
+    busy, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            busy += end - max(start, reach)
+            reach = end
+    return reach - min(start for start, _ in intervals), busy
 
 
 def kernel_class(name: str) -> str:

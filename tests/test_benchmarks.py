@@ -185,6 +185,17 @@ def test_accelerator_smoke_measures_ours_against_pytorch(tmp_path):
     assert accelerator.peak_flops("NVIDIA H100 PCIe") == 756e12
 
 
+def test_device_timeline_counts_overlapping_kernels_once():
+    """`accelerator.timeline`: the busy time is the union of the kernels' intervals (two streams
+    overlapping count once), so the idle share is the gaps between them."""
+    from benchmarks.accelerator import timeline
+
+    # [0, 4) and [2, 6) overlap (6 busy), a gap to [10, 12) and [11, 12) inside it, unsorted
+    span, busy = timeline([(10.0, 12.0), (2.0, 6.0), (0.0, 4.0), (11.0, 12.0)])
+    assert (span, busy) == (12.0, 8.0)
+    assert timeline([(5.0, 7.0)]) == (2.0, 2.0)
+
+
 def test_kernels_smoke_formulations_compute_the_same_function(tmp_path):
     """`python -m benchmarks.kernels --smoke`: every piece's formulations (the written-out
     LayerNorm and GELU backward passes, the bias gradients) agree with the first (flax's, or
