@@ -32,9 +32,11 @@ step, and the share of the device's timeline no kernel fills; every kernel's tim
 
 `--variant NAME:OPTION=VALUE,...` (repeatable) also compiles each case's step with those XLA
 options (`compiled(compiler_options=...)`, e.g. `triton_off:xla_gpu_enable_triton_gemm=false`)
-and times it in the same turns as the default compile, one extra row per variant: an A/B of
-compiler flags in one process, without a second run's setup. `--variant_cases` limits the variants
-to some cases (each variant is one more compile of the case: about a minute at BERT-base size).
+or config settings (a dotted key: `ln:model.norm_backward=written_out`) and times it in the same
+turns as the default compile, one extra row per variant: an A/B of compiler flags or of the
+model's formulations in one process, without a second run's setup. `--variant_cases` limits the
+variants to some cases (each variant is one more compile of the case: about a minute at
+BERT-base size).
 """
 
 from __future__ import annotations
@@ -202,6 +204,27 @@ def ours_step(config: Any, batch: dict[str, np.ndarray], max_bytes: float | None
     return step, time.perf_counter() - start, memory
 
 
+def setting(text: str) -> bool | int | float | str:
+    """A config value written on the command line: true/false, a number, else the text."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def with_settings(config: Any, settings: dict[str, Any]) -> Any:
+    """A copy of the run config with dotted settings ({"model.norm_backward": "written_out"}) applied."""
+    if not settings:
+        return config
+    config = config.copy_and_resolve_references()
+    config.update_from_flattened_dict(settings)
+    return config
+
+
 def alternate(steps: list[Callable[..., None]], n: int, warmup: int = 2, chunk: int = 1) -> list[float]:
     """Median seconds per step of each, taking turns after `warmup` steps each: `n` turns of
     `chunk` steps, waiting for the device only at a turn's end. A training run waits only when
@@ -307,7 +330,9 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
     for r in rows:
         hlo = hlo_dir and hlo_dir / f"{r['case']}.hlo.txt"
         try:
-            step, r["setup_s"], memory = ours_step(config, batch, hlo=hlo, options=r.get("options"))
+            settings = {k: v for k, v in r.get("options", {}).items() if "." in k}
+            options = {k: v for k, v in r.get("options", {}).items() if "." not in k} or None
+            step, r["setup_s"], memory = ours_step(with_settings(config, settings), batch, hlo=hlo, options=options)
         except Exception as e:  # noqa: BLE001 - a variant XLA refuses must not lose the others
             if r is row:
                 raise
@@ -370,7 +395,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--chunk", type=int, default=5, help="steps per turn, waiting for the device at a turn's end only")
     p.add_argument("--hlo", default=None, help="write each case's compiled program text to this directory")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:OPTION=VALUE,...",
-                   help="also time each case compiled with these XLA options (repeatable)")
+                   help="also time each case compiled with these XLA options or config settings (model.KEY=VALUE; "
+                        "repeatable)")
     p.add_argument("--variant_cases", default=None, help="comma-separated: run the variants for these cases only")
     p.add_argument("--out", default="runs/benchmarks")
     args = p.parse_args(argv)
@@ -380,7 +406,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         pairs = [o.partition("=") for o in options.split(",") if o]
         if not name or not pairs or any(not k or not eq for k, eq, _ in pairs):
             p.error(f"--variant {spec!r}: write NAME:OPTION=VALUE[,OPTION=VALUE...]")
-        variants[name] = {k: {"true": True, "false": False}.get(v.lower(), v) for k, _, v in pairs}  # XLA wants bools
+        variants[name] = {k: setting(v) if "." in k else {"true": True, "false": False}.get(v.lower(), v)
+                          for k, _, v in pairs}  # XLA wants bools
 
     if args.cache_dir or not jax.config.jax_compilation_cache_dir:
         jax.config.update("jax_compilation_cache_dir", args.cache_dir or os.path.expanduser("~/.cache/bertology/jax_compile"))

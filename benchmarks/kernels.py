@@ -79,35 +79,6 @@ def dense_pieces(t: int, n: int, k: int = 768) -> tuple[dict[str, Callable], tup
     return pieces, args, 2.0 * (2 * t * k + 2 * t * n + 2 * k * n)
 
 
-@jax.custom_vjp
-def layer_norm(x: Array, scale: Array, bias: Array, eps: float = 1e-12) -> Array:
-    """LayerNorm over the last axis in float32, output in x's dtype; backward written out: it
-    keeps x and the per-row mean and 1/std, and recomputes the normalised x."""
-    return _ln_fwd(x, scale, bias, eps)[0]
-
-
-def _ln_fwd(x: Array, scale: Array, bias: Array, eps: float = 1e-12) -> tuple[Array, tuple]:
-    xf = x.astype(F32)
-    mean = jnp.mean(xf, axis=-1, keepdims=True)
-    rstd = jax.lax.rsqrt(jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True) + eps)
-    y = ((xf - mean) * rstd * scale + bias).astype(x.dtype)
-    return y, (x, mean, rstd, scale)
-
-
-def _ln_bwd(residuals: tuple, dy: Array) -> tuple[Array, Array, Array, None]:
-    x, mean, rstd, scale = residuals
-    xhat = (x.astype(F32) - mean) * rstd
-    dyf = dy.astype(F32)
-    g = dyf * scale
-    dx = rstd * (g - jnp.mean(g, axis=-1, keepdims=True) - xhat * jnp.mean(g * xhat, axis=-1, keepdims=True))
-    rows = dyf.reshape(-1, dyf.shape[-1])
-    return (dx.astype(x.dtype), jnp.sum((rows * xhat.reshape(rows.shape)), axis=0).astype(scale.dtype),
-            jnp.sum(rows, axis=0).astype(scale.dtype), None)
-
-
-layer_norm.defvjp(_ln_fwd, _ln_bwd)
-
-
 def layer_norm_pieces(t: int, n: int) -> tuple[dict[str, Callable], tuple, float]:
     """LayerNorm of a bf16 [t, n] (float32 statistics, bf16 output) forward and backward."""
     flax_ln = nn.LayerNorm(epsilon=1e-12, dtype=BF16)
@@ -116,7 +87,7 @@ def layer_norm_pieces(t: int, n: int) -> tuple[dict[str, Callable], tuple, float
         return jax.vjp(lambda x, s, b: flax_ln.apply({"params": {"scale": s, "bias": b}}, x), x, scale, bias)[1](g)
 
     def written_out(x, scale, bias, g):
-        return jax.vjp(lambda x, s, b: layer_norm(x, s, b, 1e-12), x, scale, bias)[1](g)
+        return jax.vjp(lambda x, s, b: transformer.written_out_layer_norm(x, s, b, 1e-12), x, scale, bias)[1](g)
 
     keys = jax.random.split(jax.random.key(2), 3)
     args = (jax.random.normal(keys[0], (t, n), F32).astype(BF16), 1 + 0.1 * jax.random.normal(keys[1], (n,), F32),

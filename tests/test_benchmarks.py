@@ -168,10 +168,13 @@ def test_accelerator_smoke_measures_ours_against_pytorch(tmp_path):
 
     rows = accelerator.main(["--smoke", "--out", str(tmp_path), "--peak_flops", "1e12", "--cases", "gpt2,bert128,t5",
                              "--hlo", str(tmp_path / "hlo"), "--variant", "exact:xla_cpu_enable_fast_math=false",
-                             "--variant_cases", "gpt2"])
-    assert [r["case"] for r in rows] == ["gpt2", "gpt2[exact]", "bert128", "t5"]  # in the order asked for
-    variant = rows.pop(1)
-    assert variant["options"] == {"xla_cpu_enable_fast_math": False} and variant["vs_default"] > 0
+                             "--variant", "ln:model.norm_backward=written_out", "--variant_cases", "gpt2"])
+    assert [r["case"] for r in rows] == ["gpt2", "gpt2[exact]", "gpt2[ln]", "bert128", "t5"]  # in the order asked for
+    exact, ln = rows.pop(1), rows.pop(1)
+    assert exact["options"] == {"xla_cpu_enable_fast_math": False} and exact["vs_default"] > 0
+    assert ln["options"] == {"model.norm_backward": "written_out"} and ln["vs_default"] > 0
+    hlo = {name: (tmp_path / "hlo" / f"{name}.hlo.txt").read_text() for name in ("gpt2", "gpt2[ln]")}
+    assert hlo["gpt2"] != hlo["gpt2[ln]"]  # the setting reached the compiled program
     for row in rows:
         assert row["ran"] == "xla", row  # auto on a CPU
         assert row["tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0

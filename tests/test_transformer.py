@@ -319,6 +319,34 @@ def test_encoder_decoder_cross_attention_and_cache():
         np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], atol=1e-5)
 
 
+@pytest.mark.parametrize("variant", [dict(), dict(norm="pre", norm_bias=False, type_vocab_size=0, embedding_norm=False)],
+                         ids=["post_ln", "pre_ln_no_bias"])
+def test_written_out_layer_norm_equals_flax(variant):
+    """`model.norm_backward=written_out`: the same parameters, outputs and gradients as flax's
+    LayerNorm (float32; its backward pass is written out by hand, so the gradients are the test)."""
+    cfg = small(**variant, pooler=False)
+    written = dataclasses.replace(cfg, norm_backward="written_out")
+    batch = batch_of(np.random.default_rng(5))
+    params = unbox(Encoder(cfg).init(jax.random.key(0), batch)["params"])
+    # scales and biases away from 1 and 0, so their gradients and effect are tested too
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, x: x + 0.1 * jax.random.normal(jax.random.key(len(str(path))), x.shape)
+        if "norm" in jax.tree_util.keystr(path) else x, params)
+    assert jax.tree.map(np.shape, unbox(Encoder(written).init(jax.random.key(0), batch)["params"])) == \
+        jax.tree.map(np.shape, params)
+
+    def loss(c, p):
+        return jnp.sum(jnp.sin(Encoder(c).apply({"params": p}, batch)["sequence"]))
+
+    a, ga = jax.jit(jax.value_and_grad(lambda p: loss(cfg, p)))(params)
+    b, gb = jax.jit(jax.value_and_grad(lambda p: loss(written, p)))(params)
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+    scale = max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ga))
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5 * scale), ga, gb)
+    norms = [g for path, g in jax.tree_util.tree_leaves_with_path(gb) if "norm" in jax.tree_util.keystr(path)]
+    assert norms and all(float(np.max(np.abs(g))) > 1e-3 for g in norms)  # every norm's gradient is live
+
+
 # ---------------------------------------------------------------- scanned layers
 
 
@@ -358,3 +386,5 @@ def test_config_errors_are_one_line():
         small(norm="sandwich")
     with pytest.raises(UserError, match="positions="):
         small(positions="alibi")  # rotary is a setting since ModernBERT
+    with pytest.raises(UserError, match="norm_backward='written_out'.*rmsnorm"):
+        small(norm_kind="rmsnorm", norm_backward="written_out")

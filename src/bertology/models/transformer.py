@@ -73,9 +73,47 @@ def _gelu_bwd(x: Array, g: Array) -> tuple[Array]:
 
 
 gelu.defvjp(lambda x: (gelu(x), x), _gelu_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def written_out_layer_norm(x: Array, scale: Array, bias: Array, eps: float) -> Array:
+    """LayerNorm over the last axis with float32 statistics, in x's dtype, whose backward pass is
+    written out: it keeps x and each row's mean and 1/std, recomputes the normalised x, and sums
+    the scale's and bias's gradients over the rows itself.
+
+    Why a choice (`model.norm_backward`) and not the default: XLA's own backward of flax's norm
+    is fused with the dropout and residual around it, and which is faster depends on the rows per
+    device. Alone, forward and backward of a bf16 [4096, 768] took 47.7 µs written out against
+    flax's 100.9 on an H200, but [16384, 768] 105.9 against 71.6 (`benchmarks.kernels`;
+    docs/accelerators.md, run 7); BERT-base 32×128's two norm-backward fusions were 14% of its
+    step there. The whole step, timed both ways (`benchmarks.accelerator --variant
+    NAME:model.norm_backward=written_out`), decides."""
+    return _layer_norm_fwd(x, scale, bias, eps)[0]
+
+
+def _layer_norm_fwd(x: Array, scale: Array, bias: Array, eps: float) -> tuple[Array, tuple]:
+    xf = x.astype(jnp.float32)
+    mean = jnp.mean(xf, axis=-1, keepdims=True)
+    rstd = jax.lax.rsqrt(jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True) + eps)
+    return ((xf - mean) * rstd * scale + bias).astype(x.dtype), (x, mean, rstd, scale)
+
+
+def _layer_norm_bwd(eps: float, residuals: tuple, dy: Array) -> tuple[Array, Array, Array]:
+    x, mean, rstd, scale = residuals
+    xhat = (x.astype(jnp.float32) - mean) * rstd
+    dyf = dy.astype(jnp.float32)
+    g = dyf * scale
+    dx = rstd * (g - jnp.mean(g, axis=-1, keepdims=True) - xhat * jnp.mean(g * xhat, axis=-1, keepdims=True))
+    rows = dyf.reshape(-1, dyf.shape[-1])
+    dscale = jnp.sum(rows * xhat.reshape(rows.shape), axis=0)
+    return dx.astype(x.dtype), dscale.astype(scale.dtype), jnp.sum(rows, axis=0).astype(scale.dtype)
+
+
+written_out_layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
 GATED = ("gated_gelu", "geglu")  # the activations whose feed-forward input is gated by a second projection
 NORMS = ("post", "pre")
 NORM_KINDS = ("layernorm", "rmsnorm")
+NORM_BACKWARDS = ("autodiff", "written_out")
 POSITIONS = ("absolute", "sinusoidal", "relative_bias", "rotary", "none")
 INIT_SCHEMES = ("bert", "fan_in")
 
@@ -115,6 +153,7 @@ class TransformerConfig:
     norm_kind: str = "layernorm"  # layernorm | rmsnorm (T5)
     use_bias: bool = True  # biases in dense layers (T5 has none)
     norm_bias: bool = True  # LayerNorm's additive bias (ModernBERT's norms have none); rmsnorm never has one
+    norm_backward: str = "autodiff"  # autodiff | written_out: LayerNorm's backward pass (`WrittenOutLayerNorm`)
     # pre-LN only: the norm before the first layer's attention; False (ModernBERT): the first layer
     # reads the embedding output as is (HF ModernBertEncoderLayer's attn_norm is Identity at layer 0)
     first_attention_norm: bool = True
@@ -161,6 +200,7 @@ class TransformerConfig:
             ("activation", ACTIVATIONS),
             ("norm", NORMS),
             ("norm_kind", NORM_KINDS),
+            ("norm_backward", NORM_BACKWARDS),
             ("positions", POSITIONS),
             ("init_scheme", INIT_SCHEMES),
         ):
@@ -172,6 +212,9 @@ class TransformerConfig:
                mask=None, bias=False, dropout=self.attention_dropout_rate > 0)
         if self.dtype not in ("float32", "bfloat16"):
             raise UserError(f"model.dtype={self.dtype!r} is unknown; use float32 or bfloat16")
+        if self.norm_backward == "written_out" and self.norm_kind != "layernorm":
+            raise UserError(f"model.norm_backward='written_out' writes out LayerNorm's backward pass and "
+                            f"norm_kind={self.norm_kind!r} has none; use norm_backward='autodiff'")
         if self.scan_layers and self.share_layers != "none":
             raise UserError("model.scan_layers needs distinct layers; set share_layers='none' or scan_layers=False")
         if self.positions == "rotary" and not (self.rope_theta > 0 and (self.local_rope_theta or 1) > 0):
@@ -313,10 +356,29 @@ def dense(cfg: TransformerConfig, features: int, names: tuple[str | None, str | 
     )
 
 
+class WrittenOutLayerNorm(nn.Module):
+    """flax's LayerNorm (the same parameters, names and output dtype) computed by
+    `written_out_layer_norm`."""
+
+    epsilon: float
+    dtype: Any
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        width = x.shape[-1]
+        scale = self.param("scale", ones(("embed",)), (width,))
+        bias = self.param("bias", zeros(("embed",)), (width,)) if self.use_bias else jnp.zeros((width,), jnp.float32)
+        return written_out_layer_norm(x, scale, bias, self.epsilon).astype(self.dtype)
+
+
 def layer_norm(cfg: TransformerConfig, name: str) -> nn.Module:
-    """The configured norm over `embed` (LayerNorm, with a bias unless `norm_bias=False`, or T5's RMSNorm)."""
+    """The configured norm over `embed` (LayerNorm, with a bias unless `norm_bias=False`, or T5's
+    RMSNorm; LayerNorm's backward pass left to autodiff or written out, `norm_backward`)."""
     if cfg.norm_kind == "rmsnorm":
         return nn.RMSNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype, scale_init=ones(("embed",)), name=name)
+    if cfg.norm_backward == "written_out":
+        return WrittenOutLayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype, use_bias=cfg.norm_bias, name=name)
     return nn.LayerNorm(
         epsilon=cfg.layer_norm_eps,
         dtype=cfg.compute_dtype,
