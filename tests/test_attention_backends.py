@@ -154,6 +154,56 @@ def test_gathered_rows_match_the_full_layer(backend, kind):
     assert_conforms(got, want, real, 2e-5)
 
 
+@pytest.mark.parametrize("kind", ["padding", "packed", "padding with a score bias"])
+def test_cudnn_path_pads_an_odd_query_count_and_drops_the_pad(kind):
+    """cuDNN refuses odd query counts (the last layer's gathered MLM rows often are), so its
+    path pads one query that sees what the last one sees and drops its output. Run through
+    xla's implementation here (the same code path but the kernel): the outputs and the
+    gradients of q, k, v and the bias equal the unpadded attention's."""
+    from bertology.models.attention import _cudnn
+
+    q, k, v, mask, _, weights = case(kind.split(" ")[0], length=150, seed=4)
+    rows = jnp.asarray([[0, 5, 40, 99, 149], [1, 2, 33, 77, 100]])  # 5: odd
+    q_rows, w_rows = q[jnp.arange(B)[:, None], rows], weights[np.arange(B)[:, None], np.asarray(rows)]
+    allowed, is_causal = mask.lower(rows)
+    fused = mask.fused(q_rows.shape[1], rows)
+    bias = jnp.asarray(np.random.default_rng(2).normal(size=(1, H, 5, 150)), jnp.float32) if "bias" in kind else None
+
+    def go(fn):
+        def loss(q, k, v, b):
+            out = fn(q, k, v, b)
+            return jnp.sum(out * w_rows), out
+
+        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(
+            q_rows, k, v, jnp.zeros(()) if bias is None else bias)
+        return np.asarray(out), [np.asarray(g) for g in grads]
+
+    padded = go(lambda q, k, v, b: _cudnn(q, k, v, allowed, is_causal, None if bias is None else b, None, fused,
+                                          implementation="xla"))
+    plain = go(lambda q, k, v, b: attend(q, k, v, allowed=allowed, is_causal=is_causal,
+                                         bias=None if bias is None else b, backend="xla", fused=fused))
+    assert padded[0].shape == plain[0].shape == (B, 5, H, D)
+    real = np.take_along_axis(np.asarray(mask.keys), np.asarray(rows), axis=1)
+    np.testing.assert_allclose(padded[0][real], plain[0][real], rtol=1e-5, atol=1e-5)
+    for got, want in zip(padded[1], plain[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="cuDNN attention needs an NVIDIA GPU")
+def test_cudnn_serves_an_odd_number_of_gathered_rows():
+    """BERT-base 32×512's last layer: 81 gathered queries (80 predictions + [CLS]) against 512
+    keys, which cuDNN refused before the padding (run 7): the probe now takes it."""
+    from bertology.models.attention import _probe_cudnn, _signature
+
+    q = jnp.zeros((2, 81, 12, 64), jnp.bfloat16)
+    k = v = jnp.zeros((2, 512, 12, 64), jnp.bfloat16)
+    mask = Mask(keys=jnp.ones((2, 512), bool))
+    rows = jnp.zeros((2, 81), jnp.int32)
+    allowed, is_causal = mask.lower(rows)
+    assert _probe_cudnn("auto", _signature(q, k, v, allowed, is_causal, None, None, mask.fused(81, rows))) == \
+        ("cudnn", "")
+
+
 @pytest.mark.parametrize("backend", ON_CPU)
 def test_a_packed_row_gives_each_document_what_it_gets_alone(backend):
     """Documents packed into one row never see each other: each one's outputs equal those of

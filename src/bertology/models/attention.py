@@ -40,7 +40,7 @@ loss reads them) and differ between backends.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Callable, Literal
 
 import flax.linen as nn
 import flax.struct
@@ -220,9 +220,16 @@ def _log_once(line: str) -> None:
 
 
 def _cudnn(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bool, bias: Array | None,
-           scale: float | None, fused: FusedMask) -> Array:
+           scale: float | None, fused: FusedMask, implementation: Literal["xla", "cudnn"] = "cudnn") -> Array:
     """cuDNN flash attention: key lengths and `is_causal` for the kinds that have them, else the
-    boolean mask at full [batch, 1, queries, keys] (cuDNN's bias must span both lengths)."""
+    boolean mask at full [batch, 1, queries, keys] (cuDNN's bias must span both lengths).
+
+    An odd number of queries is padded by one: cuDNN 9.19 refused 81, 21 and 615 queries ("Unsupported
+    sequence length") and took 154 and 2,458 on an H200 (docs/accelerators.md, run 7), and the
+    last layer's gathered MLM rows (predictions + [CLS]) are often odd. The padded query sees
+    what the last one sees and its output is dropped, so nothing else changes; causal attention,
+    whose queries align with the keys' end, is left as it is. (`implementation`: "xla" runs the
+    same path on any platform, for the tests.)"""
     lengths, mask, window = None, None, None
     if fused.key is not None and not fused.packed and (fused.window is None or fused.causal):
         lengths = jnp.sum(fused.key > 0, axis=-1, dtype=jnp.int32)
@@ -230,9 +237,16 @@ def _cudnn(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bool,
         window = None if fused.window is None else (fused.window, 0)  # cuDNN's windows look back only
     elif allowed is not None:
         mask = jnp.broadcast_to(allowed, (q.shape[0], 1, q.shape[1], k.shape[1]))
-    return jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype), mask=mask,
-                                        is_causal=is_causal, scale=scale, key_value_seq_lengths=lengths,
-                                        local_window_size=window, implementation="cudnn")
+    queries = q.shape[1]
+    if queries % 2 and not is_causal:
+        rows = lambda x, mode="constant": jnp.pad(x, [(0, int(a == 2)) for a in range(x.ndim)], mode=mode)  # noqa: E731
+        q = jnp.pad(q, ((0, 0), (0, 1), (0, 0), (0, 0)))
+        mask = None if mask is None else rows(mask, "edge")
+        bias = bias if bias is None or bias.shape[2] == 1 else rows(bias)
+    out = jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype), mask=mask,
+                                       is_causal=is_causal, scale=scale, key_value_seq_lengths=lengths,
+                                       local_window_size=window, implementation=implementation)
+    return out[:, :queries]
 
 
 def _signature(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bool, bias: Array | None,
