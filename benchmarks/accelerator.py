@@ -47,6 +47,7 @@ import os
 os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
 
 import argparse  # noqa: E402
+import copy  # noqa: E402
 import dataclasses  # noqa: E402
 import gzip  # noqa: E402
 import json  # noqa: E402
@@ -64,7 +65,8 @@ from benchmarks import report  # noqa: E402
 from benchmarks.train_step import ours, random_batch, recipe_config  # noqa: E402
 from benchmarks.train_step_gpt import causal_batch  # noqa: E402
 from benchmarks.train_step_seq2seq import seq2seq_batch  # noqa: E402
-from bertology import models  # noqa: E402
+from bertology import models, validation  # noqa: E402
+from bertology.errors import UserError  # noqa: E402
 
 # Dense bf16 peak FLOP/s by device kind (vendor datasheets; without sparsity).
 PEAK = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12,
@@ -205,7 +207,7 @@ def ours_step(config: Any, batch: dict[str, np.ndarray], max_bytes: float | None
 
 
 def setting(text: str) -> bool | int | float | str:
-    """A config value written on the command line: true/false, a number, else the text."""
+    """A value written on the command line, for the config or XLA: true/false, a number, else the text."""
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     for kind in (int, float):
@@ -217,10 +219,15 @@ def setting(text: str) -> bool | int | float | str:
 
 
 def with_settings(config: Any, settings: dict[str, Any]) -> Any:
-    """A copy of the run config with dotted settings ({"model.norm_backward": "written_out"}) applied."""
+    """A copy of the run config (its field references kept) with dotted settings
+    ({"model.norm_backward": "written_out"}) applied. A key the config lacks is refused, except
+    in `model`, whose fields the recipes leave at their defaults and the trunk's config checks."""
     if not settings:
         return config
-    config = config.copy_and_resolve_references()
+    unknown = sorted(k for k in settings if not k.startswith("model.") and validation.get(config, k) is validation.MISSING)
+    if unknown:
+        raise UserError(f"--variant settings {unknown} name no key of the run config; check the spelling")
+    config = copy.deepcopy(config)
     config.update_from_flattened_dict(settings)
     return config
 
@@ -289,8 +296,10 @@ def kernel_profile(step: Callable[..., None], steps: int = 3, top: int = 20,
 
 
 def timeline(intervals: list[tuple[float, float]]) -> tuple[float, float]:
-    """(span, busy) of [start, end) intervals: from the first start to the last end, and the length
-    of their union (kernels on several streams overlap; counting them twice would hide a gap)."""
+    """(span, busy) of [start, end) intervals (at least one): from the first start to the last
+    end, and the length of their union (kernels on several streams overlap; counting them twice
+    would hide a gap). Meant for GPU kernels: a TPU trace's device lines also hold whole-program
+    events, which would fill every gap."""
     busy, reach = 0.0, float("-inf")
     for start, end in sorted(intervals):
         if end > reach:
@@ -317,7 +326,8 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
             vocab_multiple: int = 1, chunk: int = 5, hlo_dir: pathlib.Path | None = None,
             variants: dict[str, dict[str, Any]] | None = None, out: pathlib.Path | None = None,
             ) -> list[dict[str, Any]]:
-    """The case's row, then one row per compiler-option variant, all timed in the same turns."""
+    """The case's row, then one row per variant (XLA options and/or config settings, each row with
+    its own backend and FLOP count), all timed in the same turns."""
     config = config_of(case, dtype, vocab_multiple)
     batch = batch_of(case, config)
     tokens = batch["input_ids"].size
@@ -332,7 +342,10 @@ def measure(case: Case, dtype: str, steps: int, peak: float | None, profile: boo
         try:
             settings = {k: v for k, v in r.get("options", {}).items() if "." in k}
             options = {k: v for k, v in r.get("options", {}).items() if "." not in k} or None
-            step, r["setup_s"], memory = ours_step(with_settings(config, settings), batch, hlo=hlo, options=options)
+            varied = with_settings(config, settings)
+            if settings:
+                r.update(ran=chosen_backend(case, varied), flops_per_token=models.flops_per_token(varied))
+            step, r["setup_s"], memory = ours_step(varied, batch, hlo=hlo, options=options)
         except Exception as e:  # noqa: BLE001 - a variant XLA refuses must not lose the others
             if r is row:
                 raise
@@ -406,8 +419,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         pairs = [o.partition("=") for o in options.split(",") if o]
         if not name or not pairs or any(not k or not eq for k, eq, _ in pairs):
             p.error(f"--variant {spec!r}: write NAME:OPTION=VALUE[,OPTION=VALUE...]")
-        variants[name] = {k: setting(v) if "." in k else {"true": True, "false": False}.get(v.lower(), v)
-                          for k, _, v in pairs}  # XLA wants bools
+        variants[name] = {k: setting(v) for k, _, v in pairs}
 
     if args.cache_dir or not jax.config.jax_compilation_cache_dir:
         jax.config.update("jax_compilation_cache_dir", args.cache_dir or os.path.expanduser("~/.cache/bertology/jax_compile"))

@@ -87,7 +87,7 @@ def layer_norm_pieces(t: int, n: int) -> tuple[dict[str, Callable], tuple, float
         return jax.vjp(lambda x, s, b: flax_ln.apply({"params": {"scale": s, "bias": b}}, x), x, scale, bias)[1](g)
 
     def written_out(x, scale, bias, g):
-        return jax.vjp(lambda x, s, b: transformer.written_out_layer_norm(x, s, b, 1e-12), x, scale, bias)[1](g)
+        return jax.vjp(lambda x, s, b: transformer.written_out_layer_norm(x, s, b, 1e-12, BF16), x, scale, bias)[1](g)
 
     keys = jax.random.split(jax.random.key(2), 3)
     args = (jax.random.normal(keys[0], (t, n), F32).astype(BF16), 1 + 0.1 * jax.random.normal(keys[1], (n,), F32),

@@ -130,7 +130,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-COLUMNS = ["scheme", "length", "window", "temp_mib", "bytes_per_token", "step_ms", "us_per_token", "tokens_per_s",
+COLUMNS = ["scheme", "length", "window", "dtype", "temp_mib", "bytes_per_token", "step_ms", "us_per_token", "tokens_per_s",
            "setup_s", "skipped"]
 FORMATS = {"temp_mib": "{:,.1f}", "bytes_per_token": "{:,.0f}", "step_ms": "{:.1f}", "us_per_token": "{:.2f}",
            "tokens_per_s": "{:,.0f}", "setup_s": "{:.1f}"}
@@ -138,7 +138,7 @@ FORMATS = {"temp_mib": "{:,.1f}", "bytes_per_token": "{:,.0f}", "step_ms": "{:.1
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--smoke", action="store_true", help="a tiny model at two short lengths: seconds on a CPU")
+    p.add_argument("--smoke", action="store_true", help="a tiny model at two short lengths: minutes on a CPU, compiling")
     p.add_argument("--lengths", default="512,1024,2048,4096,8192,16384")
     p.add_argument("--schemes", default=",".join(s.name for s in SCHEMES))
     p.add_argument("--window", type=int, default=256, help="the sparse schemes' window (tokens in all)")

@@ -183,6 +183,8 @@ def test_cudnn_path_pads_an_odd_query_count_and_drops_the_pad(kind):
     plain = go(lambda q, k, v, b: attend(q, k, v, allowed=allowed, is_causal=is_causal,
                                          bias=None if bias is None else b, backend="xla", fused=fused))
     assert padded[0].shape == plain[0].shape == (B, 5, H, D)
+    traced = jax.make_jaxpr(lambda q: _cudnn(q, k, v, allowed, is_causal, bias, None, fused, implementation="xla"))(q_rows)
+    assert any(x.aval.shape == (B, 6, H, D) for e in traced.eqns for x in e.outvars)  # the kernel sees 6 queries
     real = np.take_along_axis(np.asarray(mask.keys), np.asarray(rows), axis=1)
     np.testing.assert_allclose(padded[0][real], plain[0][real], rtol=1e-5, atol=1e-5)
     for got, want in zip(padded[1], plain[1]):

@@ -7,6 +7,7 @@ token changes).
 
 import dataclasses
 import math
+import zlib
 
 import flax.linen as nn
 import jax
@@ -330,7 +331,8 @@ def test_written_out_layer_norm_equals_flax(variant):
     params = unbox(Encoder(cfg).init(jax.random.key(0), batch)["params"])
     # scales and biases away from 1 and 0, so their gradients and effect are tested too
     params = jax.tree_util.tree_map_with_path(
-        lambda path, x: x + 0.1 * jax.random.normal(jax.random.key(len(str(path))), x.shape)
+        lambda path, x: x + 0.1 * jax.random.normal(jax.random.key(zlib.crc32(jax.tree_util.keystr(path).encode())),
+                                                    x.shape)
         if "norm" in jax.tree_util.keystr(path) else x, params)
     assert jax.tree.map(np.shape, unbox(Encoder(written).init(jax.random.key(0), batch)["params"])) == \
         jax.tree.map(np.shape, params)
@@ -340,7 +342,7 @@ def test_written_out_layer_norm_equals_flax(variant):
 
     a, ga = jax.jit(jax.value_and_grad(lambda p: loss(cfg, p)))(params)
     b, gb = jax.jit(jax.value_and_grad(lambda p: loss(written, p)))(params)
-    np.testing.assert_allclose(a, b, rtol=1e-5)
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)  # a sum of ~500 sines: absolute rounding
     scale = max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ga))
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5 * scale), ga, gb)
     norms = [g for path, g in jax.tree_util.tree_leaves_with_path(gb) if "norm" in jax.tree_util.keystr(path)]

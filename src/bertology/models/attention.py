@@ -227,8 +227,8 @@ def _cudnn(q: Array, k: Array, v: Array, allowed: Array | None, is_causal: bool,
     An odd number of queries is padded by one: cuDNN 9.19 refused 81, 21 and 615 queries ("Unsupported
     sequence length") and took 154 and 2,458 on an H200 (docs/accelerators.md, run 7), and the
     last layer's gathered MLM rows (predictions + [CLS]) are often odd. The padded query sees
-    what the last one sees and its output is dropped, so nothing else changes; causal attention,
-    whose queries align with the keys' end, is left as it is. (`implementation`: "xla" runs the
+    what the last one sees and its output is dropped, so nothing else changes; causal attention
+    (a square: as many queries as keys) is left as it is. (`implementation`: "xla" runs the
     same path on any platform, for the tests.)"""
     lengths, mask, window = None, None, None
     if fused.key is not None and not fused.packed and (fused.window is None or fused.causal):

@@ -75,9 +75,9 @@ def _gelu_bwd(x: Array, g: Array) -> tuple[Array]:
 gelu.defvjp(lambda x: (gelu(x), x), _gelu_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def written_out_layer_norm(x: Array, scale: Array, bias: Array, eps: float) -> Array:
-    """LayerNorm over the last axis with float32 statistics, in x's dtype, whose backward pass is
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def written_out_layer_norm(x: Array, scale: Array, bias: Array, eps: float, dtype: Any) -> Array:
+    """LayerNorm over the last axis with float32 statistics, output in `dtype`, whose backward pass is
     written out: it keeps x and each row's mean and 1/std, recomputes the normalised x, and sums
     the scale's and bias's gradients over the rows itself.
 
@@ -86,19 +86,19 @@ def written_out_layer_norm(x: Array, scale: Array, bias: Array, eps: float) -> A
     device. Alone, forward and backward of a bf16 [4096, 768] took 47.7 µs written out against
     flax's 100.9 on an H200, but [16384, 768] 105.9 against 71.6 (`benchmarks.kernels`;
     docs/accelerators.md, run 7); BERT-base 32×128's two norm-backward fusions were 14% of its
-    step there. The whole step, timed both ways (`benchmarks.accelerator --variant
+    device time there. The whole step, timed both ways (`benchmarks.accelerator --variant
     NAME:model.norm_backward=written_out`), decides."""
-    return _layer_norm_fwd(x, scale, bias, eps)[0]
+    return _layer_norm_fwd(x, scale, bias, eps, dtype)[0]
 
 
-def _layer_norm_fwd(x: Array, scale: Array, bias: Array, eps: float) -> tuple[Array, tuple]:
+def _layer_norm_fwd(x: Array, scale: Array, bias: Array, eps: float, dtype: Any) -> tuple[Array, tuple]:
     xf = x.astype(jnp.float32)
     mean = jnp.mean(xf, axis=-1, keepdims=True)
     rstd = jax.lax.rsqrt(jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True) + eps)
-    return ((xf - mean) * rstd * scale + bias).astype(x.dtype), (x, mean, rstd, scale)
+    return ((xf - mean) * rstd * scale + bias).astype(dtype), (x, mean, rstd, scale)
 
 
-def _layer_norm_bwd(eps: float, residuals: tuple, dy: Array) -> tuple[Array, Array, Array]:
+def _layer_norm_bwd(eps: float, dtype: Any, residuals: tuple, dy: Array) -> tuple[Array, Array, Array]:
     x, mean, rstd, scale = residuals
     xhat = (x.astype(jnp.float32) - mean) * rstd
     dyf = dy.astype(jnp.float32)
@@ -358,7 +358,8 @@ def dense(cfg: TransformerConfig, features: int, names: tuple[str | None, str | 
 
 class WrittenOutLayerNorm(nn.Module):
     """flax's LayerNorm (the same parameters, names and output dtype) computed by
-    `written_out_layer_norm`."""
+    `written_out_layer_norm`. flax takes the variance as E[x²] − E[x]², this one as
+    E[(x − E[x])²]: the same function, equal to rounding."""
 
     epsilon: float
     dtype: Any
@@ -369,7 +370,7 @@ class WrittenOutLayerNorm(nn.Module):
         width = x.shape[-1]
         scale = self.param("scale", ones(("embed",)), (width,))
         bias = self.param("bias", zeros(("embed",)), (width,)) if self.use_bias else jnp.zeros((width,), jnp.float32)
-        return written_out_layer_norm(x, scale, bias, self.epsilon).astype(self.dtype)
+        return written_out_layer_norm(x, scale, bias, self.epsilon, self.dtype)
 
 
 def layer_norm(cfg: TransformerConfig, name: str) -> nn.Module:
