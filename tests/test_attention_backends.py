@@ -78,16 +78,21 @@ def case(kind, length=77, seed=0):
     return q, k, v, mask, visibility(kind, length, lengths, docs, prefix, kinds), weights
 
 
+def output_and_grads(attention, weights, *inputs):
+    """float64 (attention(*inputs), d(sum(weights · output))/d(each input))."""
+    def loss(*inputs):
+        out = attention(*inputs)
+        return jnp.sum(out.astype(jnp.float32) * weights), out
+
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(inputs))), has_aux=True))(*inputs)
+    return np.asarray(out, np.float64), [np.asarray(g, np.float64) for g in grads]
+
+
 def run(backend, q, k, v, mask, weights, rows=None):
     allowed, is_causal = mask.lower(rows)
     fused = mask.fused(q.shape[1], rows)
-
-    def loss(q, k, v):
-        out = attend(q, k, v, allowed=allowed, is_causal=is_causal, backend=backend, fused=fused)
-        return jnp.sum(out.astype(jnp.float32) * weights), out
-
-    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
-    return np.asarray(out, np.float64), [np.asarray(g, np.float64) for g in grads]
+    return output_and_grads(lambda q, k, v: attend(q, k, v, allowed=allowed, is_causal=is_causal, backend=backend,
+                                                   fused=fused), weights, q, k, v)
 
 
 def assert_conforms(got, want, real_queries, tol):
@@ -169,19 +174,12 @@ def test_cudnn_path_pads_an_odd_query_count_and_drops_the_pad(kind):
     fused = mask.fused(q_rows.shape[1], rows)
     bias = jnp.asarray(np.random.default_rng(2).normal(size=(1, H, 5, 150)), jnp.float32) if "bias" in kind else None
 
-    def go(fn):
-        def loss(q, k, v, b):
-            out = fn(q, k, v, b)
-            return jnp.sum(out * w_rows), out
-
-        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(
-            q_rows, k, v, jnp.zeros(()) if bias is None else bias)
-        return np.asarray(out), [np.asarray(g) for g in grads]
-
-    padded = go(lambda q, k, v, b: _cudnn(q, k, v, allowed, is_causal, None if bias is None else b, None, fused,
-                                          implementation="xla"))
-    plain = go(lambda q, k, v, b: attend(q, k, v, allowed=allowed, is_causal=is_causal,
-                                         bias=None if bias is None else b, backend="xla", fused=fused))
+    inputs = (q_rows, k, v, jnp.zeros(()) if bias is None else bias)
+    padded = output_and_grads(lambda q, k, v, b: _cudnn(q, k, v, allowed, is_causal, None if bias is None else b,
+                                                        None, fused, implementation="xla"), w_rows, *inputs)
+    plain = output_and_grads(lambda q, k, v, b: attend(q, k, v, allowed=allowed, is_causal=is_causal,
+                                                       bias=None if bias is None else b, backend="xla", fused=fused),
+                             w_rows, *inputs)
     assert padded[0].shape == plain[0].shape == (B, 5, H, D)
     traced = jax.make_jaxpr(lambda q: _cudnn(q, k, v, allowed, is_causal, bias, None, fused, implementation="xla"))(q_rows)
     assert any(x.aval.shape == (B, 6, H, D) for e in traced.eqns for x in e.outvars)  # the kernel sees 6 queries
@@ -308,13 +306,9 @@ def test_cudnn_learns_a_score_bias_as_xla_does(kind):
     fused = mask.fused(128, None)
 
     def go(backend, dtype):
-        def loss(q, k, v, b):
-            out = attend(*(x.astype(dtype) for x in (q, k, v)), allowed=allowed, is_causal=is_causal,
-                         bias=b.astype(dtype), scale=1.0, backend=backend, fused=fused)
-            return jnp.sum(out.astype(jnp.float32) * weights), out
-
-        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(q, k, v, bias)
-        return np.asarray(out, np.float64), [np.asarray(g, np.float64) for g in grads]
+        return output_and_grads(lambda q, k, v, b: attend(*(x.astype(dtype) for x in (q, k, v)), allowed=allowed,
+                                                          is_causal=is_causal, bias=b.astype(dtype), scale=1.0,
+                                                          backend=backend, fused=fused), weights, q, k, v, bias)
 
     got, want = go("cudnn", jnp.bfloat16), go("xla", jnp.float32)
     real = np.asarray(mask.keys)
