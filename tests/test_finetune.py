@@ -26,7 +26,7 @@ from bertology.models.tasks import TaskModel
 from bertology.models.transformer import stack_layers
 from bertology.train import optimizer as optimizer_lib
 from bertology.train.checkpoint import load_params
-from bertology.train.finetune import default_config, finetune, merge_pretrained, trainable_mask
+from bertology.train.finetune import default_config, encoder_job, finetune, merge_pretrained, trainable_mask
 
 
 def falls(result, drop):
@@ -92,6 +92,27 @@ def test_interrupted_run_resumes_to_the_same_results(tmp_path):
     for a, b in zip(jax.tree.leaves(straight["params"]), jax.tree.leaves(resumed["params"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert (tmp_path / "straight" / "submission" / "SST-2.tsv").read_text() == (work / "submission" / "SST-2.tsv").read_text()
+
+
+def test_a_run_from_a_fine_tuning_run_keeps_its_head_on_its_own_task_only(tmp_path):
+    """Continued fine-tuning (the second stage of configs/finetune/long_range.py's curriculum): a
+    run from a fine-tuning run of the same task starts from its trunk and its head; a run of
+    another task from its trunk under a fresh head (SST-2's two outputs would not fit STS-B's one).
+    Each records the model block it built (the first run's), so a third stage could start from it."""
+    first = finetune(tiny("sst2", "glue/SST-2", total_steps=2), tmp_path / "first")["params"]
+    block = load_params(tmp_path / "first")[1]["model"]
+    for task, data_dir in (("sst2", "glue/SST-2"), ("stsb", "glue/STS-B")):
+        c = tiny(task, data_dir, init_checkpoint=str(tmp_path / "first"))
+        c.model.num_layers = 5  # a config file's model block, which the checkpoint's replaces
+        job = encoder_job(c, tasks.get(task))
+        assert job.config.model.to_dict() == block
+        fresh = jax.tree.map(lambda x: np.full(x.shape, 7, x.dtype),
+                             nn.meta.unbox(jax.eval_shape(lambda: job.model.init(jax.random.key(0), job.example)["params"])))
+        start = job.start_params(fresh)
+        want = {"encoder": first["encoder"], "head": first["head"] if task == "sst2" else fresh["head"]}
+        assert jax.tree.structure(start) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(want)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("n, batch_size", [(5, 8), (13, 4)])

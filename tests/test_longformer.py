@@ -269,7 +269,8 @@ def test_config_refuses_odd_windows_and_other_settings():
 def test_a_longified_roberta_computes_what_the_roberta_did(tmp_path):
     """Beltagy et al. §5: a tiny RoBERTa turned into a Longformer (positions copied out to 4x, the
     global projections copied from the local ones) gives the RoBERTa's logits on rows shorter than
-    the window, without global tokens; its position table repeats the RoBERTa's."""
+    the window, without global tokens; its position table repeats the RoBERTa's. From a
+    fine-tuning run, the task's head and name come along (the long-range curriculum's start)."""
     from bertology.families.longformer import longify
 
     rc = helpers.config("roberta", "tiny")
@@ -282,12 +283,15 @@ def test_a_longified_roberta_computes_what_the_roberta_did(tmp_path):
     batch = dict(input_ids=ids, input_mask=mask, masked_positions=np.broadcast_to(np.arange(12, dtype=np.int32), (2, 12)))
     roberta = models.build(rc.model)
     params = jax.tree.map(np.asarray, nn.meta.unbox(jax.jit(roberta.init)(jax.random.key(0), batch)["params"]))
-    write_run(tmp_path / "roberta", rc.model.to_dict(), params)
+    head = {"kernel": rng.normal(size=(32, 3)).astype(np.float32)}  # a fine-tuning run's: it comes along
+    write_run(tmp_path / "roberta", rc.model.to_dict(), {**params, "head": head}, task="sst2")
     assert longify.main(["--from", str(tmp_path / "roberta"), "--to", str(tmp_path / "long"), "--positions", "64",
                          "--window", "32"]) == 0
     long_params, long_config = load_params(tmp_path / "long")
     block = long_config["model"]
     assert (block["family"], block["max_position_embeddings"], block["attention_window"]) == ("longformer", 66, [32])
+    assert long_config["task"] == "sst2"
+    np.testing.assert_array_equal(long_params["head"]["kernel"], head["kernel"])
     table = long_params["encoder"]["embeddings"]["position"]["embedding"]
     old = params["encoder"]["embeddings"]["position"]["embedding"]
     np.testing.assert_array_equal(table[2:], np.tile(old[2:], (4, 1)))

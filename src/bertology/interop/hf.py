@@ -228,10 +228,11 @@ def _check_new_run(workdir: pathlib.Path) -> None:
 
 
 def write_run(workdir: str | pathlib.Path, block: dict[str, Any], params: dict, vocab_files: Sequence[pathlib.Path] = (),
-              imported_from: dict[str, str] | None = None) -> pathlib.Path | None:
-    """A run directory as pretraining writes it: config.json (`model` block, `data.vocab`), a
-    step-0 checkpoint of `params`, and copies of the tokenizer's `vocab_files` (vocab first);
-    returns the copy that `data.vocab` names (None without a tokenizer). The directory is built
+              imported_from: dict[str, str] | None = None, task: str | None = None) -> pathlib.Path | None:
+    """A run directory as pretraining writes it: config.json (`model` block, `data.vocab`; with
+    `task`, the fine-tuning task whose `head` `params` hold, so a fine-tuning run of that task
+    starts from it), a step-0 checkpoint of `params`, and copies of the tokenizer's `vocab_files`
+    (vocab first); returns the copy that `data.vocab` names (None without a tokenizer). The directory is built
     under a temporary name and renamed into place, so a killed import leaves no half-run that the
     next import would refuse or a fine-tuning would read."""
     workdir = pathlib.Path(workdir)
@@ -240,6 +241,8 @@ def write_run(workdir: str | pathlib.Path, block: dict[str, Any], params: dict, 
     config = {"model": block, "data": {"vocab": str(vocab.absolute()) if vocab else None}}
     if imported_from:
         config["imported_from"] = imported_from
+    if task:
+        config["task"] = task
     with new_directory(workdir) as tmp:
         for f in vocab_files:
             shutil.copyfile(f, tmp / f.name)

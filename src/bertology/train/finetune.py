@@ -63,7 +63,7 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     """The recipe every configs/finetune file starts from (BERT's: AdamW, 10% warmup, linear decay)."""
     c = ml_collections.ConfigDict()
     c.task = task
-    c.init_checkpoint = placeholder(str)  # a pretraining --workdir; None: random init from `model`
+    c.init_checkpoint = placeholder(str)  # a pretraining or fine-tuning --workdir; None: random init
     c.mode = "full"  # full | adapters | features
     c.adapter_size = 64
     c.seed = 0
@@ -178,7 +178,7 @@ def trainable_mask(params: Any, mode: str) -> Any:
 
 def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | None, Any, str, str, dict[str, Any]]:
     """(trunk config, the parameters a run starts from or None (`encoder`: the pretrained trunk;
-    from a multi-task run also what it trained for this run's tasks, `start_from_tasks`), tokenizer,
+    from a fine-tuning run also what it trained for this run's tasks, `start_from_tasks`), tokenizer,
     vocab path, the trunk's family, whose optional `task_trunk` and `task_inputs` hooks build the
     trunk and add its inputs, and the model block the trunk is built from).
 
@@ -187,8 +187,8 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
     token's (or, past the table, a clamped) embedding without a word."""
     if config.init_checkpoint:
         params, pre = load_params(config.init_checkpoint)
-        if pre.get("tasks"):  # a multi-task run: its trunk is fine-tuning's, its config.json's model block built it
-            cfg, start = models.encoder_config(pre["model"]), start_from_tasks(params, config)
+        if pre.get("task"):  # a fine-tuning run: its trunk is fine-tuning's, its config.json's model block built it
+            cfg, start = models.encoder_config(pre["model"]), start_from_tasks(params, pre, config)
         else:
             cfg, encoder = models.pretrained_encoder(params, pre["model"])
             start = {"encoder": encoder}
@@ -204,13 +204,20 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
     return models.encoder_config(config.model), None, tokenizer, str(vocab), config.model.family, config.model.to_dict()
 
 
-def start_from_tasks(params: dict[str, Any], config: ml_collections.ConfigDict) -> dict[str, Any]:
-    """What a run starts from in a multi-task run's `params` (`bertology.train.multitask`): its
-    trunk, and each task's head (mix, PALs) under the name this run gives it: a single-task run of
-    one of its tasks takes `head_<task>` as its `head` (continued single-task fine-tuning, as
-    MT-DNN's last stage), a multi-task run the same names for the tasks it shares."""
+def start_from_tasks(params: dict[str, Any], pre: dict[str, Any], config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """What a run starts from in the `params` of a fine-tuning run with config dict `pre`: its trunk,
+    and the heads of the tasks both runs train. From a single-task run, its `head` when this run
+    fine-tunes that task alone (continued fine-tuning: the second stage of a curriculum,
+    configs/finetune/long_range.py); from a multi-task run (`bertology.train.multitask`), each
+    task's head (mix, PALs) under the name this run gives it: a single-task run of one of its tasks
+    takes `head_<task>` as its `head` (as MT-DNN's last stage), a multi-task run the same names
+    for the tasks it shares."""
     shared = set(config.get("tasks") or ())
     start = {"encoder": params["encoder"]}
+    if not pre.get("tasks"):
+        if not shared and pre["task"] == config.task:
+            start["head"] = params["head"]
+        return start
     for key, value in params.items():
         part, _, task = key.partition("_")
         if task in shared:
@@ -324,7 +331,8 @@ class Trunk:
 
 def encoder_trunk(config: ml_collections.ConfigDict) -> Trunk:
     """The trunk of `config` (pretrained, or fresh from `model`), the vocabulary filled in and the
-    config validated, with what its mode and options need checked."""
+    config validated, with what its mode and options need checked; `config.model` becomes the
+    trunk's model block."""
     if config.mode not in MODES:
         raise UserError(f"mode={config.mode!r} is unknown; use one of {MODES}")
     cfg, start, tokenizer, vocab, family, block = _encoder(config)
@@ -348,6 +356,9 @@ def encoder_trunk(config: ml_collections.ConfigDict) -> Trunk:
         raise UserError(f"unfreeze_every_epochs thaws the whole trunk layer by layer; mode={config.mode!r} keeps part of "
                         "it frozen throughout: set mode='full' or unfreeze_every_epochs=0")
     check_length(cfg, config.data.max_seq_length, "data.max_seq_length")
+    # what config.json records: the block this trunk is built from (a checkpoint's, not the config file's
+    # unused one), so a run started from this one (continued fine-tuning, a teacher) rebuilds it
+    config.model = ml_collections.ConfigDict(block)
     return Trunk(cfg, family, record, tokenizer, block, start)
 
 

@@ -190,7 +190,6 @@ def job(config: ml_collections.ConfigDict) -> finetune.Job:
     trunk = finetune.encoder_trunk(config)  # validates the config, the multi-task keys too
     _refuse_single_task_options(config)
     pals = _check_pals(config, trunk)
-    config.model = ml_collections.ConfigDict(trunk.block)  # what config.json records: the block this trunk is built from
     data = {name: task_data(config, name) for name in config.tasks}
     task = {name: tasks.get(name, data[name]) for name in config.tasks}
     features = {name: finetune.task_features(trunk, task[name], data[name]) for name in config.tasks}

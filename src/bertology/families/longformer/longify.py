@@ -6,7 +6,10 @@ reference recipe is allenai/longformer's `convert_model_to_long.ipynb`):
   attention starts with the local structure it learned and continued pretraining only adapts it;
 - each layer's global projections (`query_global`, `key_global`, `value_global`) start as copies
   of its local ones;
-- every layer gets a window of `window` (512 in the released models).
+- every layer gets a window of `window` (512 in the released models);
+- from a fine-tuning run (a task's RoBERTa), the task's head comes along and the new run names
+  the task, so fine-tuning it on long rows continues where the short rows left off (the
+  long-range curriculum, configs/finetune/long_range.py).
 
 On rows no longer than RoBERTa's positions, with a window at least the row and no global
 tokens, the Longformer computes what the RoBERTa did (tests/test_longformer.py).
@@ -69,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     def work() -> None:
         params, run_config = load_params(pathlib.Path(args.source))
         new_params, block = longify(params, run_config["model"], args.positions, args.window)
-        write_run(args.target, block, new_params, run_tokenizer_files((run_config.get("data") or {}).get("vocab")))
+        write_run(args.target, block, new_params, run_tokenizer_files((run_config.get("data") or {}).get("vocab")),
+                  task=run_config.get("task"))
         print(f"wrote {args.target}: {block['num_layers']} layers, {args.positions} positions, window {args.window}")
 
     return cli.guarded(parser.prog, work)
