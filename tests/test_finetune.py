@@ -96,20 +96,21 @@ def test_interrupted_run_resumes_to_the_same_results(tmp_path):
 
 def test_a_run_from_a_fine_tuning_run_keeps_its_head_on_its_own_task_only(tmp_path):
     """Continued fine-tuning (the second stage of configs/finetune/long_range.py's curriculum): a
-    run from a fine-tuning run of the same task starts from its trunk and its head; a run of
-    another task from its trunk under a fresh head (SST-2's two outputs would not fit STS-B's one).
-    Each records the model block it built (the first run's), so a third stage could start from it."""
-    first = finetune(tiny("sst2", "glue/SST-2", total_steps=2), tmp_path / "first")["params"]
+    run from a fine-tuning run of the same task starts from its trunk, its head and its scalar mix
+    (mode "features"); a run of another task from its trunk under a fresh head and mix (SST-2's two
+    outputs would not fit STS-B's one). Each records the model block it built (the first run's),
+    so a third stage could start from it."""
+    first = finetune(tiny("sst2", "glue/SST-2", total_steps=2, mode="features"), tmp_path / "first")["params"]
     block = load_params(tmp_path / "first")[1]["model"]
     for task, data_dir in (("sst2", "glue/SST-2"), ("stsb", "glue/STS-B")):
-        c = tiny(task, data_dir, init_checkpoint=str(tmp_path / "first"))
+        c = tiny(task, data_dir, init_checkpoint=str(tmp_path / "first"), mode="features")
         c.model.num_layers = 5  # a config file's model block, which the checkpoint's replaces
         job = encoder_job(c, tasks.get(task))
         assert job.config.model.to_dict() == block
         fresh = jax.tree.map(lambda x: np.full(x.shape, 7, x.dtype),
                              nn.meta.unbox(jax.eval_shape(lambda: job.model.init(jax.random.key(0), job.example)["params"])))
         start = job.start_params(fresh)
-        want = {"encoder": first["encoder"], "head": first["head"] if task == "sst2" else fresh["head"]}
+        want = {"encoder": first["encoder"], **{part: (first if task == "sst2" else fresh)[part] for part in ("head", "mix")}}
         assert jax.tree.structure(start) == jax.tree.structure(want)
         for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(want)):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -206,8 +206,9 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
 
 def start_from_tasks(params: dict[str, Any], pre: dict[str, Any], config: ml_collections.ConfigDict) -> dict[str, Any]:
     """What a run starts from in the `params` of a fine-tuning run with config dict `pre`: its trunk,
-    and the heads of the tasks both runs train. From a single-task run, its `head` when this run
-    fine-tunes that task alone (continued fine-tuning: the second stage of a curriculum,
+    and the heads of the tasks both runs train. From a single-task run, everything beside its trunk
+    (its `head`, and a scalar `mix` or task encoder where it had them) when this run fine-tunes
+    that task alone (continued fine-tuning: the second stage of a curriculum,
     configs/finetune/long_range.py); from a multi-task run (`bertology.train.multitask`), each
     task's head (mix, PALs) under the name this run gives it: a single-task run of one of its tasks
     takes `head_<task>` as its `head` (as MT-DNN's last stage), a multi-task run the same names
@@ -216,7 +217,7 @@ def start_from_tasks(params: dict[str, Any], pre: dict[str, Any], config: ml_col
     start = {"encoder": params["encoder"]}
     if not pre.get("tasks"):
         if not shared and pre["task"] == config.task:
-            start["head"] = params["head"]
+            start.update((part, value) for part, value in params.items() if part != "encoder")
         return start
     for key, value in params.items():
         part, _, task = key.partition("_")
