@@ -187,7 +187,7 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
     token's (or, past the table, a clamped) embedding without a word."""
     if config.init_checkpoint:
         params, pre = load_params(config.init_checkpoint)
-        if pre.get("task"):  # a fine-tuning run: its trunk is fine-tuning's, its config.json's model block built it
+        if encoder_fine_tuning_run(pre):  # its trunk is fine-tuning's, its config.json's model block built it
             cfg, start = models.encoder_config(pre["model"]), start_from_tasks(params, pre, config)
         else:
             cfg, encoder = models.pretrained_encoder(params, pre["model"])
@@ -202,6 +202,13 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
         return cfg, start, tokenizer, vocab, pre["model"]["family"], pre["model"]
     vocab, tokenizer = run_lib.resolve_vocab(config)
     return models.encoder_config(config.model), None, tokenizer, str(vocab), config.model.family, config.model.to_dict()
+
+
+def encoder_fine_tuning_run(pre: dict[str, Any]) -> bool:
+    """Whether run config `pre` is an encoder fine-tuning run's (single- or multi-task), whose
+    parameters are fine-tuning's trunk and heads; a seq2seq fine-tuning run's (CoVe's MT-LSTM, a
+    summariser) are its family's whole model, read as a pretraining run's."""
+    return bool(pre.get("tasks")) or (bool(pre.get("task")) and tasks.MODULES.get(pre["task"]) != "seq2seq")
 
 
 def start_from_tasks(params: dict[str, Any], pre: dict[str, Any], config: ml_collections.ConfigDict) -> dict[str, Any]:
