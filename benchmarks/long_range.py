@@ -48,13 +48,12 @@ def preset_config(preset: str, smoke: bool) -> Any:
     return c
 
 
-def stage(preset: str, workdir: pathlib.Path, smoke: bool, start: pathlib.Path | None = None) -> dict[str, Any]:
-    """Fine-tune `preset` in `workdir` (from run `start`, if given); the finished run's results if it
-    is there already."""
+def stage(c: Any, workdir: pathlib.Path, start: pathlib.Path | None = None) -> dict[str, Any]:
+    """Fine-tune config `c` in `workdir` (from run `start`, if given); the finished run's results if
+    it is there already."""
     done = workdir / "results.json"
     if done.exists():
         return json.loads(done.read_text())
-    c = preset_config(preset, smoke)
     if start is not None:
         c.init_checkpoint = str(start)
     return finetune(c, workdir)
@@ -67,15 +66,16 @@ def run(workdir: str | pathlib.Path, smoke: bool = False, presets: tuple[str, ..
     rows = []
     for preset in presets:
         first = FIRST_STAGE[preset]
-        short = stage(first, workdir / first, smoke)
+        short = stage(preset_config(first, smoke), workdir / first)
+        c = preset_config(preset, smoke)
         start = workdir / first
-        if preset.startswith("longformer"):
+        if c.model.family == "longformer":  # the preset's positions and window, from the short RoBERTa
             start = workdir / "longformer_init"
             if not start.exists():
-                longify.main(["--from", str(workdir / first), "--to", str(start), "--positions", "4096",
-                              "--window", str(sweep.load_config(CONFIG, preset).model.attention_window[0])])
-        c = preset_config(preset, smoke)
-        results = stage(preset, workdir / preset, smoke, start)
+                positions = c.model.max_position_embeddings - c.model.position_offset
+                longify.main(["--from", str(workdir / first), "--to", str(start), "--positions", str(positions),
+                              "--window", str(c.model.attention_window[0])])
+        results = stage(c, workdir / preset, start)
         rows.append({"model": preset, "family": c.model.family, "max_length": c.data.max_seq_length,
                      "short_accuracy": short["scores"]["accuracy"], "accuracy": results["scores"]["accuracy"],
                      "chance": 100 / c.data.long_range_classes, "steps": [short["steps"], results["steps"]]})
