@@ -1,10 +1,10 @@
 """Accuracy on the long-range task (`bertology.tasks.long_range`) of a 512-token encoder against
-three 4,096-token ones, each fine-tuned in configs/finetune/long_range.py's two stages: the skill
+four 4,096-token ones, each fine-tuned in configs/finetune/long_range.py's two stages: the skill
 on 128-token documents from scratch (`<model>_short`), then the 4,096-token documents from that
-run (the Longformer from the short RoBERTa, long-ified). The key sentence always lies past the
-first 512 tokens, so the truncated model should sit at chance (1/K) and a model that reaches the
-whole row (Longformer's global [CLS], ModernBERT's global layers, the Reformer's hashed buckets)
-above it.
+run (the Longformer and the BigBird from the short RoBERTa, as their papers start theirs). The
+key sentence always lies past the first 512 tokens, so the truncated model should sit at chance
+(1/K) and a model that reaches the whole row (Longformer's global [CLS], BigBird's global first
+block, ModernBERT's global layers, the Reformer's hashed buckets) above it.
 
     python -m benchmarks.long_range --workdir runs/long_range           # the full table (CPU: ~30 minutes)
     python -m benchmarks.long_range --workdir /tmp/lr --smoke           # tiny documents, two steps: the plumbing (~3 min)
@@ -23,13 +23,14 @@ import pathlib
 from typing import Any
 
 from bertology import sweep
+from bertology.families.bigbird import warm_start
 from bertology.families.longformer import longify
 from bertology.train.finetune import finetune
 
 CONFIG = pathlib.Path(__file__).resolve().parents[1] / "configs" / "finetune" / "long_range.py"
-PRESETS = ("roberta_512", "longformer_4096", "modernbert_4096", "reformer_4096")
-FIRST_STAGE = {"roberta_512": "roberta_short", "longformer_4096": "roberta_short", "modernbert_4096": "modernbert_short",
-               "reformer_4096": "reformer_short"}
+PRESETS = ("roberta_512", "longformer_4096", "bigbird_4096", "modernbert_4096", "reformer_4096")
+FIRST_STAGE = {"roberta_512": "roberta_short", "longformer_4096": "roberta_short", "bigbird_4096": "roberta_short",
+               "modernbert_4096": "modernbert_short", "reformer_4096": "reformer_short"}
 # Smoke: 128-token documents whose key lies after 32 words (the truncated model reads 32 tokens); the
 # short stage's 64-token documents put it after 16.
 SMOKE = dict(long_range_tokens=128, long_range_prefix=32, long_range_train=16, long_range_eval=8)
@@ -59,6 +60,18 @@ def stage(c: Any, workdir: pathlib.Path, start: pathlib.Path | None = None) -> d
     return finetune(c, workdir)
 
 
+def from_roberta(c: Any, roberta: pathlib.Path, to: pathlib.Path) -> None:
+    """Write at `to` the long model of config `c` (a Longformer or a BigBird: its positions and
+    attention pattern) made from the RoBERTa run `roberta`, as each paper starts its own."""
+    m, paths = c.model, ["--from", str(roberta), "--to", str(to)]
+    if m.family == "longformer":
+        longify.main([*paths, "--positions", str(m.max_position_embeddings - m.position_offset),
+                      "--window", str(m.attention_window[0])])
+    else:
+        warm_start.main([*paths, "--positions", str(m.max_position_embeddings), "--block_size", str(m.sparse_block_size),
+                         "--random_blocks", str(m.num_random_blocks)])
+
+
 def run(workdir: str | pathlib.Path, smoke: bool = False, presets: tuple[str, ...] = PRESETS) -> list[dict[str, Any]]:
     """Both stages of each preset under `workdir` (`<first stage>/`, `<preset>/`); returns (and
     writes) the table's rows."""
@@ -69,12 +82,10 @@ def run(workdir: str | pathlib.Path, smoke: bool = False, presets: tuple[str, ..
         short = stage(preset_config(first, smoke), workdir / first)
         c = preset_config(preset, smoke)
         start = workdir / first
-        if c.model.family == "longformer":  # the preset's positions and window, from the short RoBERTa
-            start = workdir / "longformer_init"
+        if c.model.family in ("longformer", "bigbird"):  # started from the short RoBERTa
+            start = workdir / f"{c.model.family}_init"
             if not start.exists():
-                positions = c.model.max_position_embeddings - c.model.position_offset
-                longify.main(["--from", str(workdir / first), "--to", str(start), "--positions", str(positions),
-                              "--window", str(c.model.attention_window[0])])
+                from_roberta(c, workdir / first, start)
         results = stage(c, workdir / preset, start)
         rows.append({"model": preset, "family": c.model.family, "max_length": c.data.max_seq_length,
                      "short_accuracy": short["scores"]["accuracy"], "accuracy": results["scores"]["accuracy"],

@@ -385,3 +385,24 @@ def embedded_seq2seq_rows(run: pathlib.Path, n: int, source_length: int, target_
     tokenizer = for_data(load_params(run)[1]["data"])
     examples = tasks.get("seq2seq_embedded").load(None, log=lambda _: None)["validation"][:n]
     return seq2seq_arrays(examples, tokenizer, source_length, target_length, tokenizer.eos_id)
+
+
+def roberta_fine_tuning_run(workdir: pathlib.Path) -> tuple[nn.Module, dict, dict[str, np.ndarray], dict]:
+    """A tiny RoBERTa (16 positions) written at `workdir` as an sst2 fine-tuning run, the start of
+    the long models' conversions (longify, BigBird's warm start): (its model, its params, a batch of
+    two 12-token rows, the second padded after 9, and the head the run holds beside the trunk)."""
+    from bertology.interop.hf import write_run as write_converted_run
+
+    rc = config("roberta", "tiny")
+    rc.model.update(vocab_size=60, num_layers=2, hidden_size=32, num_heads=4, intermediate_size=48,
+                    max_position_embeddings=2 + 16)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 60, (2, 12)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1, 9:] = 0
+    batch = dict(input_ids=ids, input_mask=mask, masked_positions=np.broadcast_to(np.arange(12, dtype=np.int32), (2, 12)))
+    roberta = models.build(rc.model)
+    params = jax.tree.map(np.asarray, nn.meta.unbox(jax.jit(roberta.init)(jax.random.key(0), batch)["params"]))
+    head = {"kernel": rng.normal(size=(32, 3)).astype(np.float32)}
+    write_converted_run(workdir, rc.model.to_dict(), {**params, "head": head}, task="sst2")
+    return roberta, params, batch, head

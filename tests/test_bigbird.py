@@ -362,3 +362,32 @@ def test_released_presets_are_hf_shapes(preset, hf_overrides):
     default = transformers.BigBirdConfig(**hf_overrides)
     keys = [k for k in record.defaults if k in exported]
     assert {k: exported[k] for k in keys} == {k: getattr(default, k) for k in keys}
+
+
+# --- warm start from RoBERTa ---------------------------------------------------------------------------------
+
+def test_a_warm_started_roberta_computes_what_the_roberta_did(tmp_path):
+    """Zaheer et al. start BigBird from RoBERTa's checkpoint: a tiny RoBERTa run turned into a
+    BigBird (positions from 0, its 16 learned rows repeated out to 64) gives the RoBERTa's logits
+    on rows too short for the block-sparse pattern, where BigBird attends fully; the pattern's
+    settings are the block's; from a fine-tuning run, the task's head and name come along."""
+    from bertology.families.bigbird import warm_start
+
+    roberta, params, batch, head = helpers.roberta_fine_tuning_run(tmp_path / "roberta")
+    assert warm_start.main(["--from", str(tmp_path / "roberta"), "--to", str(tmp_path / "bigbird"), "--positions", "64",
+                            "--block_size", "4", "--random_blocks", "1"]) == 0
+    big_params, big_config = load_params(tmp_path / "bigbird")
+    block = big_config["model"]
+    assert (block["family"], block["position_offset"], block["max_position_embeddings"], block["sparse_block_size"],
+            block["num_random_blocks"]) == ("bigbird", 0, 64, 4, 1)
+    assert big_config["task"] == "sst2"
+    np.testing.assert_array_equal(big_params["head"]["kernel"], head["kernel"])
+    old = params["encoder"]["embeddings"]["position"]["embedding"]
+    np.testing.assert_array_equal(big_params["encoder"]["embeddings"]["position"]["embedding"], np.tile(old[2:], (4, 1)))
+    assert 12 < (5 + 2 * 1) * 4  # HF's max_tokens_to_attend: shorter rows attend fully
+    a = np.asarray(jax.jit(roberta.apply)({"params": params}, batch)["mlm_logits"])
+    b = np.asarray(jax.jit(models.build(block).apply)({"params": big_params}, batch)["mlm_logits"])
+    real = batch["input_mask"].astype(bool)
+    print(f"\nwarm-started bigbird max abs diff: {np.abs(a - b)[real].max():.2e}")
+    np.testing.assert_allclose(b[real], a[real], atol=1e-5)
+    assert warm_start.main(["--from", str(tmp_path / "bigbird"), "--to", str(tmp_path / "again")]) == 2  # not a RoBERTa

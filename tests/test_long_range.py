@@ -40,3 +40,30 @@ def test_the_key_is_past_the_first_512_tokens_and_inside_the_4096_token_row():
     other = task.load(None, None, log=lambda _: None, long_range_train=4, long_range_eval=4, long_range_seed=1)
     assert other["train"] != splits["train"]
     assert np.mean([len(e["text_a"]) for e in splits["train"]]) > 10_000  # ~4,096 tokens of text
+
+
+def test_the_reformers_first_stage_reaches_the_key_only_through_its_hash_buckets():
+    """The Reformer's short stage must train the hashing the long documents need: on its 128-token
+    documents the key lies outside what the first token sees in its local layer (its own chunk and
+    the adjacent ones, circularly as `lsh.look_adjacent`) and outside the LSH layer's reach without
+    hashing (a chunk and its neighbours cover a few tokens of the row). With 64-token chunks the
+    local view was the whole row: the short task learned, the long one stayed at chance."""
+    from bertology.models import lsh
+
+    config = sweep.load_config(pathlib.Path(CONFIG), "reformer_short")
+    m, length = config.model, config.data.max_seq_length
+    assert m.local_attn_chunk_length == m.lsh_attn_chunk_length  # the stage-2 run takes this block as it is
+    chunks = np.arange(length).reshape(-1, m.local_attn_chunk_length)
+    seen = set(lsh.look_adjacent(chunks, m.get("local_num_chunks_before", 1), m.local_num_chunks_after, axis=0)[0].tolist())
+    lsh_reach = m.lsh_attn_chunk_length * (1 + m.get("lsh_num_chunks_before", 1) + m.lsh_num_chunks_after)
+    assert lsh_reach <= length // 4, lsh_reach
+    tokenizer = for_data(config.data)
+    options = {k: v for k, v in config.data.items() if k.startswith("long_range_")}
+    rows = tasks.get("long_range").load(None, None, log=lambda _: None, **{**options, "long_range_train": 200})["train"]
+    keys = [1 + len(tokenizer.encode(" ".join(e["text_a"].split()[:e["key_word"]]))) for e in rows]
+    assert min(keys) > max(p for p in seen if p < length // 2)  # never in the first chunks
+    in_view = np.mean([key in seen for key in keys])
+    assert in_view < 0.1, in_view  # the last chunk, seen circularly, holds a key now and then
+    # each training document once: 1,000 documents over 4 epochs were learned by heart (100% on the
+    # training batches, 29.5% on the validation documents)
+    assert config.epochs == 1

@@ -21,7 +21,6 @@ from flax.traverse_util import flatten_dict
 from bertology import models, validation
 from bertology.errors import UserError
 from bertology.interop import export_hf, hf_config, import_hf, names, records
-from bertology.interop.hf import write_run
 from bertology.models.attention import banded
 from bertology.train.checkpoint import load_params
 
@@ -273,18 +272,7 @@ def test_a_longified_roberta_computes_what_the_roberta_did(tmp_path):
     fine-tuning run, the task's head and name come along (the long-range curriculum's start)."""
     from bertology.families.longformer import longify
 
-    rc = helpers.config("roberta", "tiny")
-    rc.model.update(vocab_size=60, num_layers=2, hidden_size=32, num_heads=4, intermediate_size=48,
-                    max_position_embeddings=2 + 16)
-    rng = np.random.default_rng(0)
-    ids = rng.integers(5, 60, (2, 12)).astype(np.int32)
-    mask = np.ones_like(ids)
-    mask[1, 9:] = 0
-    batch = dict(input_ids=ids, input_mask=mask, masked_positions=np.broadcast_to(np.arange(12, dtype=np.int32), (2, 12)))
-    roberta = models.build(rc.model)
-    params = jax.tree.map(np.asarray, nn.meta.unbox(jax.jit(roberta.init)(jax.random.key(0), batch)["params"]))
-    head = {"kernel": rng.normal(size=(32, 3)).astype(np.float32)}  # a fine-tuning run's: it comes along
-    write_run(tmp_path / "roberta", rc.model.to_dict(), {**params, "head": head}, task="sst2")
+    roberta, params, batch, head = helpers.roberta_fine_tuning_run(tmp_path / "roberta")
     assert longify.main(["--from", str(tmp_path / "roberta"), "--to", str(tmp_path / "long"), "--positions", "64",
                          "--window", "32"]) == 0
     long_params, long_config = load_params(tmp_path / "long")
@@ -297,7 +285,7 @@ def test_a_longified_roberta_computes_what_the_roberta_did(tmp_path):
     np.testing.assert_array_equal(table[2:], np.tile(old[2:], (4, 1)))
     a = np.asarray(jax.jit(roberta.apply)({"params": params}, batch)["mlm_logits"])
     b = np.asarray(jax.jit(models.build(block).apply)({"params": long_params}, batch)["mlm_logits"])
-    real = mask.astype(bool)
+    real = batch["input_mask"].astype(bool)
     print(f"\nlongified roberta max abs diff: {np.abs(a - b)[real].max():.2e}")
     np.testing.assert_allclose(b[real], a[real], atol=1e-5)
 
