@@ -6,11 +6,13 @@ import subprocess
 import sys
 import time
 
+import helpers
 import jax
 import numpy as np
 import pytest
 from helpers import REPO, tiny_config
 
+from bertology.errors import UserError
 from bertology.train.loop import train
 
 
@@ -120,3 +122,23 @@ def test_init_checkpoint_starts_from_another_runs_parameters(tmp_path):
     for a, b in zip(jax.tree.leaves(first["state"]["params"]), jax.tree.leaves(second["state"]["params"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert second["history"][0]["loss"] < first["history"][0]["loss"]  # it starts where the first run ended
+
+
+def test_a_run_from_a_checkpoint_computes_as_its_own_config_says(tmp_path):
+    """`init_checkpoint` gives what the network is, the run's own config how it computes
+    (`models.EXECUTION_KEYS`): remat is this run's and recorded in its config.json, and a backend
+    this machine lacks stops the run in one line (before, the checkpoint's block stood whole and
+    both were silently dropped). A fine-tuning config of the checkpoint's family does the same."""
+    from bertology.train.finetune import finetune
+
+    train(tiny_config(total_steps=1), tmp_path / "first")
+    second = tiny_config(total_steps=1, init_checkpoint=str(tmp_path / "first"), **{"model.remat": "full"})
+    train(second, tmp_path / "second")
+    assert json.loads((tmp_path / "second" / "config.json").read_text())["model"]["remat"] == "full"
+    with pytest.raises(UserError, match="attention_backend='cudnn'"):
+        train(tiny_config(total_steps=1, init_checkpoint=str(tmp_path / "first"), **{"model.attention_backend": "cudnn"}),
+              tmp_path / "third")
+    c = helpers.tiny("embedded", init_checkpoint=str(tmp_path / "first"), total_steps=1)
+    c.model.family, c.model.attention_backend = "bert", "cudnn"
+    with pytest.raises(UserError, match="attention_backend='cudnn'"):
+        finetune(c, tmp_path / "fine_tuned")

@@ -111,6 +111,24 @@ class Family:
         return self.build(model_config) if self.build is not None else self.model(self.trunk_config(model_config))
 
 
+# The keys of a `model` block that say how a run computes, not what the network is: no parameter
+# depends on them. A run started from a checkpoint (`init_checkpoint`) takes them from its own
+# config, the rest of the block from the checkpoint: a GPU run of a CPU-trained checkpoint asks
+# for cudnn and bfloat16, and a CPU fine-tuning of a GPU run must not inherit cudnn.
+EXECUTION_KEYS = ("dtype", "attention_backend", "remat", "norm_backward")
+
+
+def started_block(checkpoint_block: ModelConfig, config_block: ModelConfig) -> dict[str, Any]:
+    """The `model` block of a run that starts from a checkpoint whose block is `checkpoint_block`:
+    that block, with the `EXECUTION_KEYS` that this run's `config_block` sets when it is of the
+    same family (a block of another family, such as fine-tuning's default BERT one, says nothing
+    about this network)."""
+    block, mine = dict(checkpoint_block), dict(config_block)
+    if mine.get("family") == block.get("family"):
+        block.update({k: mine[k] for k in EXECUTION_KEYS if k in mine})
+    return block
+
+
 def family(name: str) -> Family:
     """The record of family `name` (`bertology.families.<name>.FAMILY`)."""
     try:

@@ -187,10 +187,11 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
     token's (or, past the table, a clamped) embedding without a word."""
     if config.init_checkpoint:
         params, pre = load_params(config.init_checkpoint)
+        block = models.started_block(pre["model"], config.model)  # what it is; how this run computes it
         if encoder_fine_tuning_run(pre):  # its trunk is fine-tuning's, its config.json's model block built it
-            cfg, start = models.encoder_config(pre["model"]), start_from_tasks(params, pre, config)
+            cfg, start = models.encoder_config(block), start_from_tasks(params, pre, config)
         else:
-            cfg, encoder = models.pretrained_encoder(params, pre["model"])
+            cfg, encoder = models.pretrained_encoder(params, block)
             start = {"encoder": encoder}
         vocab = config.data.vocab or pre["data"].get("vocab") or str(DEFAULT_VOCAB)
         tokenizer = for_data({**pre["data"], "vocab": vocab})  # with the tokens pretraining added (T5's sentinels)
@@ -199,7 +200,7 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
             raise UserError(f"{source} {vocab} has {tokenizer.vocab_size} tokens but init_checkpoint "
                             f"{config.init_checkpoint} embeds {cfg.vocab_size}; set data.vocab to the vocabulary it "
                             "was trained with")
-        return cfg, start, tokenizer, vocab, pre["model"]["family"], pre["model"]
+        return cfg, start, tokenizer, vocab, block["family"], block
     vocab, tokenizer = run_lib.resolve_vocab(config)
     return models.encoder_config(config.model), None, tokenizer, str(vocab), config.model.family, config.model.to_dict()
 
@@ -584,7 +585,8 @@ def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, models.Famil
     objective's: EOS after BART/MASS denoising, the pad id otherwise (T5)."""
     if config.init_checkpoint:
         pretrained, pre = load_params(config.init_checkpoint)
-        model_config, data = ml_collections.ConfigDict(pre["model"]), {**pre["data"], **config.data.to_dict()}
+        model_config = ml_collections.ConfigDict(models.started_block(pre["model"], config.model))
+        data = {**pre["data"], **config.data.to_dict()}
         data["vocab"] = config.data.vocab or pre["data"].get("vocab") or str(DEFAULT_VOCAB)
         data["objective"] = pre["data"].get("objective")
     else:

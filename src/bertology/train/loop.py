@@ -43,9 +43,10 @@ def adopt_init_checkpoint(config: ml_collections.ConfigDict) -> Callable[[Any], 
     take its vocab unless set, and return `start(fresh params) -> params` for a new run (a run
     that already has checkpoints in its workdir resumes from those instead).
 
-    A checkpoint of this config's family gives its model block and all its parameters. One of
-    another family is taken only where this family states how (`init_from(params, fresh)` in its
-    module: UniLM and bert2bert start from BERT); the config's own model block then stands."""
+    A checkpoint of this config's family gives its model block (but for `models.EXECUTION_KEYS`,
+    which this config's block sets: how the run computes) and all its parameters. One of another
+    family is taken only where this family states how (`init_from(params, fresh)` in its module:
+    UniLM and bert2bert start from BERT); the config's own model block then stands."""
     if not config.get("init_checkpoint"):
         return None
     where = pathlib.Path(config.init_checkpoint)
@@ -59,7 +60,7 @@ def adopt_init_checkpoint(config: ml_collections.ConfigDict) -> Callable[[Any], 
             raise UserError(f"init_checkpoint {config.init_checkpoint} is a {family} model but this config pretrains "
                             f"{config.model.family}; use configs/{family}.py")
         return lambda fresh: init_from(params, fresh)
-    config.model = ml_collections.ConfigDict(source["model"])
+    config.model = ml_collections.ConfigDict(models.started_block(source["model"], config.model))
 
     def start(fresh: Any) -> Any:
         check_shapes(params, fresh, where)
