@@ -26,10 +26,10 @@ from bertology.errors import UserError
 Convert = Callable[[dict, dict[str, Any], argparse.Namespace], tuple[dict, dict[str, Any]]]
 
 
-def check_roberta(block: dict[str, Any], tool: str) -> None:
-    """Refuse a run that is not a RoBERTa's, naming `tool`."""
-    if block.get("family") != "roberta":
-        raise UserError(f"{tool} starts from a RoBERTa run, not model.family={block.get('family')!r}")
+def check_source(block: dict[str, Any], family: str, tool: str) -> None:
+    """Refuse a run whose model block is not of `family` (the one `tool` converts), in one line."""
+    if block.get("family") != family:
+        raise UserError(f"{tool} starts from a {family} run, not model.family={block.get('family')!r}")
 
 
 def repeat_positions(params: dict, block: dict[str, Any], positions: int, keep_offset: bool) -> dict:

@@ -30,7 +30,7 @@ from bertology.models import warm_start
 def from_roberta(params: dict, block: dict[str, Any], positions: int = 4096, block_size: int = 64,
                  random_blocks: int = 3) -> tuple[dict, dict]:
     """(params, model block) of the BigBird made from RoBERTa `params` (numpy) with model block `block`."""
-    warm_start.check_roberta(block, "warm_start")
+    warm_start.check_source(block, "roberta", "warm_start")
     new_block = {**block, "family": "bigbird", "position_offset": 0, "max_position_embeddings": positions,
                  "sparse_block_size": block_size, "num_random_blocks": random_blocks}
     return warm_start.repeat_positions(params, block, positions, keep_offset=False), new_block
