@@ -32,9 +32,9 @@ from bertology.models import warm_start
 
 
 def longify(params: dict, block: dict[str, Any], positions: int = 4096, window: int = 512) -> tuple[dict, dict]:
-    """(params, model block) of the Longformer made from RoBERTa `params` with model block `block`."""
+    """(params, model block) of the Longformer made from RoBERTa `params` (numpy) with model block `block`."""
     warm_start.check_source(block, "roberta", "longify")
-    params = warm_start.repeat_positions(jax.tree.map(np.asarray, params), block, positions, keep_offset=True)
+    params = warm_start.repeat_positions(params, block, positions, keep_offset=True)
     encoder = dict(params["encoder"])
     for i in range(int(block["num_layers"])):
         attention = dict(encoder[f"attention_{i}"])
