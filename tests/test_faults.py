@@ -357,6 +357,46 @@ def test_a_checkpoint_from_before_checksums_resumes_exactly(tmp_path, straight):
     assert_same_run(fit(tmp_path), straight_out, 4)
 
 
+def test_a_reader_of_a_run_checks_its_params_and_leaves_the_run_as_it_was(straight, tmp_path, capsys, caplog):
+    """load_params (fine-tuning, export, features, analysis) checks the params against the saved
+    manifest as resume checks the state: a damaged newest step gives way to the newest intact one
+    with a log line, a damaged step asked for by number is refused, and nothing is moved."""
+    work = tmp_path / "work"
+    shutil.copytree(straight[0], work)
+    intact = {step: load_params(work, step)[0] for step in (2, 4)}
+    handlers = {"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler(),
+                "checksums": ocp.JsonCheckpointHandler()}
+    directory = work / "checkpoints"
+    with ocp.CheckpointManager(directory, item_handlers=handlers) as manager:
+        saved = manager.restore(STEPS, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(), data=ocp.args.JsonRestore(), checksums=ocp.args.JsonRestore()))
+    shutil.rmtree(directory / str(STEPS))
+    embedding = np.array(saved["state"]["params"]["Embed_0"]["embedding"])
+    embedding[3, 5] = np.nextafter(embedding[3, 5], np.inf)  # one bit of one float, after its manifest was written
+    saved["state"]["params"]["Embed_0"]["embedding"] = embedding
+    with ocp.CheckpointManager(directory, item_handlers=handlers) as manager:
+        manager.save(STEPS, args=ocp.args.Composite(state=ocp.args.StandardSave(saved["state"]),
+                                                    data=ocp.args.JsonSave(saved["data"]),
+                                                    checksums=ocp.args.JsonSave(saved["checksums"])))
+    capsys.readouterr()
+    jax.tree.map(np.testing.assert_array_equal, load_params(work)[0], intact[4])
+    assert (f"checkpoint step {STEPS} of {work} skipped: checksum mismatch in 1 array(s), "
+            "e.g. ['params']['Embed_0']['embedding']") in capsys.readouterr().out
+    with pytest.raises(UserError, match=rf"checkpoint step {STEPS} in .* is damaged: checksum mismatch .* read another "
+                                        r"step \(its steps are 2, 4, 6\) or restore it from a backup"):
+        load_params(work, STEPS)
+
+    CORRUPTIONS["all files zero-length"](directory / "4")
+    jax.tree.map(np.testing.assert_array_equal, load_params(work)[0], intact[2])
+    assert "checkpoint step 4 of " in capsys.readouterr().out
+    flip_bytes(largest_array_file(directory / "2"))
+    with pytest.raises(UserError, match=r"no intact checkpoint in .*: steps \[6, 4, 2\] all failed verification"):
+        load_params(work)
+    assert sorted(p.name for p in work.iterdir()) == sorted(p.name for p in straight[0].iterdir())  # nothing set aside
+    assert sorted(p.name for p in directory.iterdir()) == ["2", "4", "6"]
+    assert "could not be restored" not in caplog.text  # orbax's warning about the manifest item is gone
+
+
 def test_a_moved_vocabulary_is_not_config_drift(tmp_path):
     """The same vocabulary file at another path (another clone of the repo) is not a change; a
     different file is."""
