@@ -406,3 +406,42 @@ def roberta_fine_tuning_run(workdir: pathlib.Path) -> tuple[nn.Module, dict, dic
     head = {"kernel": rng.normal(size=(32, 3)).astype(np.float32)}
     write_converted_run(workdir, rc.model.to_dict(), {**params, "head": head}, task="sst2")
     return roberta, params, batch, head
+
+
+# --- encoder parity with transformers (test_deberta, test_megatron_bert, test_modernbert, test_longformer, test_bigbird)
+
+# Our batch's arrays as transformers' encoders name them.
+HF_INPUTS = {"input_ids": "input_ids", "input_mask": "attention_mask", "segment_ids": "token_type_ids",
+             "global_attention_mask": "global_attention_mask"}
+
+
+def hf_outputs(model, batch: dict, inputs: tuple[str, ...] = ("input_ids", "input_mask"),
+               heads: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """A transformers encoder's hidden states (`hidden_0` the embeddings, then each layer's output,
+    cut to the batch's length where HF pads a row inside) and its heads' logits (`heads`: our name
+    → the output's attribute; MLM's `logits` by default), as numpy. `inputs`: the batch's arrays it
+    reads (those of `inputs` the batch lacks are left out)."""
+    import torch
+
+    with torch.no_grad():
+        o = model(**{HF_INPUTS[k]: torch.tensor(batch[k], dtype=torch.long) for k in inputs if k in batch},
+                  output_hidden_states=True)
+    length = batch["input_ids"].shape[1]
+    out = {f"hidden_{i}": h[:, :length] for i, h in enumerate(o.hidden_states)}
+    return {k: v.numpy() for k, v in {**out, **{ours: getattr(o, theirs)
+                                                for ours, theirs in (heads or {"mlm": "logits"}).items()}}.items()}
+
+
+def our_outputs(family: str, params: dict, block: dict, batch: dict, cfg=None,
+                heads: tuple[str, ...] = ("mlm",)) -> dict[str, np.ndarray]:
+    """Every hidden state (the trunk as fine-tuning builds it) and the pretraining heads' logits
+    (`heads`: `mlm` for `mlm_logits`, ...), as numpy; `cfg`: the same parameters under another core
+    config."""
+    from bertology.models import tasks
+
+    cfg = cfg or models.encoder_config(block)
+    record = models.family(family)
+    layers = tasks.trunk(cfg, family).apply({"params": record.trunk(params)}, batch)["layers"]
+    res = record.model(cfg).apply({"params": params}, batch)
+    out = {**{f"hidden_{i}": h for i, h in enumerate(layers)}, **{k: res[f"{k}_logits"] for k in heads}}
+    return {k: np.asarray(v) for k, v in out.items()}

@@ -59,16 +59,7 @@ def make_batch(length, lengths, seed=0):
     return dict(input_ids=ids, input_mask=mask, segment_ids=segments, masked_positions=positions)
 
 
-def hf_outputs(model, batch):
-    """Every hidden state (HF pads a row to a multiple of block_size inside, and hands back its
-    hidden states at that length: cut to ours) and the MLM logits."""
-    length = batch["input_ids"].shape[1]
-    with torch.no_grad():
-        o = model(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
-                  attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
-                  token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long), output_hidden_states=True)
-    out = {f"hidden_{i}": h[:, :length] for i, h in enumerate(o.hidden_states)}
-    return {k: v.numpy() for k, v in {**out, "mlm": o.logits}.items()}
+hf_outputs = functools.partial(helpers.hf_outputs, inputs=("input_ids", "input_mask", "segment_ids"))
 
 
 def our_outputs(params, cfg, batch):

@@ -8,6 +8,7 @@ HF's network; and DeBERTa-v3's gradient-disentangled embedding sharing (the disc
 gradient never reaching the generator's table)."""
 
 import dataclasses
+import functools
 import os
 
 import flax.linen as nn
@@ -58,22 +59,10 @@ def make_batch():
     return dict(input_ids=ids, input_mask=mask, masked_positions=positions)
 
 
-def hf_outputs(model, batch):
-    with torch.no_grad():
-        o = model(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
-                  attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long), output_hidden_states=True)
-    out = {f"hidden_{i}": h for i, h in enumerate(o.hidden_states)}  # the embeddings, then each layer
-    return {k: v.numpy() for k, v in {**out, "mlm": o.logits}.items()}
+hf_outputs = helpers.hf_outputs
 
 
-def our_outputs(params, block, batch, cfg=None):
-    """Every hidden state (the trunk as fine-tuning builds it) and the MLM logits."""
-    cfg = cfg or models.encoder_config(block)
-    record = models.family("deberta")
-    layers = record.task_trunk(cfg, "encoder").apply({"params": record.trunk(params)}, batch)["layers"]
-    res = record.model(cfg).apply({"params": params}, batch)
-    out = {**{f"hidden_{i}": h for i, h in enumerate(layers)}, "mlm": res["mlm_logits"]}
-    return {k: np.asarray(v) for k, v in out.items()}
+our_outputs = functools.partial(helpers.our_outputs, "deberta")
 
 
 # --- import matches transformers; export reloads in transformers ---------------------------------------

@@ -67,15 +67,7 @@ def make_batch(with_globals):
     return batch
 
 
-def hf_outputs(model, batch):
-    args = dict(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
-                attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long))
-    if "global_attention_mask" in batch:
-        args["global_attention_mask"] = torch.tensor(batch["global_attention_mask"], dtype=torch.long)
-    with torch.no_grad():
-        o = model(**args, output_hidden_states=True)
-    out = {f"hidden_{i}": h for i, h in enumerate(o.hidden_states)}
-    return {k: v.numpy() for k, v in {**out, "mlm": o.logits}.items()}
+hf_outputs = functools.partial(helpers.hf_outputs, inputs=("input_ids", "input_mask", "global_attention_mask"))
 
 
 @functools.cache

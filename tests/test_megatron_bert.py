@@ -4,6 +4,7 @@ config learning on 1 and 8 devices alike; the FLOP count against a hand count; w
 parameters sit among the layers; the 345m preset against HF's released shape."""
 
 import dataclasses
+import functools
 import os
 
 import flax.linen as nn
@@ -19,7 +20,6 @@ from bertology import models, validation
 from bertology.errors import UserError
 from bertology.interop import export_hf, hf_config, import_hf, names, records
 from bertology.models import layout
-from bertology.models.transformer import Encoder
 from bertology.train import optimizer, prune
 from bertology.train.checkpoint import load_params
 
@@ -59,23 +59,11 @@ def make_batch():
     return dict(input_ids=ids, input_mask=mask, segment_ids=segments, masked_positions=positions)
 
 
-def hf_outputs(model, batch):
-    with torch.no_grad():
-        o = model(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
-                  attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
-                  token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long), output_hidden_states=True)
-    out = {f"hidden_{i}": h for i, h in enumerate(o.hidden_states)}
-    return {k: v.numpy() for k, v in {**out, "mlm": o.prediction_logits, "nsp": o.seq_relationship_logits}.items()}
+hf_outputs = functools.partial(helpers.hf_outputs, inputs=("input_ids", "input_mask", "segment_ids"),
+                               heads={"mlm": "prediction_logits", "nsp": "seq_relationship_logits"})
 
 
-def our_outputs(params, block, batch, cfg=None):
-    """Every hidden state (the trunk as fine-tuning builds it) and the pretraining heads' logits;
-    `cfg`: run the same parameters under another core config."""
-    cfg = cfg or models.encoder_config(block)
-    layers = Encoder(cfg).apply({"params": models.family("megatron_bert").trunk(params)}, batch)["layers"]
-    res = models.family("megatron_bert").model(cfg).apply({"params": params}, batch)
-    out = {**{f"hidden_{i}": h for i, h in enumerate(layers)}, "mlm": res["mlm_logits"], "nsp": res["nsp_logits"]}
-    return {k: np.asarray(v) for k, v in out.items()}
+our_outputs = functools.partial(helpers.our_outputs, "megatron_bert", heads=("mlm", "nsp"))
 
 
 # --- (a) import matches transformers, (b) export reloads in transformers ----------------------------

@@ -6,6 +6,7 @@ presets' shapes against HF's released configs; and the core knobs' defaults leav
 family unchanged."""
 
 import dataclasses
+import functools
 import inspect
 import os
 
@@ -69,26 +70,15 @@ def make_batch():
 
 
 def hf_outputs(model, batch):
-    ids = torch.tensor(batch["input_ids"], dtype=torch.long)
-    mask = torch.tensor(batch["input_mask"], dtype=torch.long)
+    """HF's hidden states with the last one after the final norm (HF's own last entry is before it)."""
+    out = helpers.hf_outputs(model, batch)
     with torch.no_grad():
-        o = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-        last = model.model(input_ids=ids, attention_mask=mask).last_hidden_state  # after the final norm
-    # HF's hidden_states: the embeddings, then each layer's input; the last entry is before the final norm
-    out = {f"hidden_{i}": h for i, h in enumerate(o.hidden_states[:-1])}
-    out[f"hidden_{len(o.hidden_states) - 1}"] = last
-    return {k: v.numpy() for k, v in {**out, "mlm": o.logits}.items()}
+        last = model.model(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+                           attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long)).last_hidden_state
+    return {**out, f"hidden_{len(out) - 2}": last.numpy()}
 
 
-def our_outputs(params, block, batch, cfg=None):
-    """Every hidden state (the trunk as fine-tuning builds it) and the MLM logits; `cfg`: run the
-    same parameters under another core config."""
-    cfg = cfg or models.encoder_config(block)
-    record = models.family("modernbert")
-    layers = Encoder(cfg).apply({"params": record.trunk(params)}, batch)["layers"]
-    res = record.model(cfg).apply({"params": params}, batch)
-    out = {**{f"hidden_{i}": h for i, h in enumerate(layers)}, "mlm": res["mlm_logits"]}
-    return {k: np.asarray(v) for k, v in out.items()}
+our_outputs = functools.partial(helpers.our_outputs, "modernbert")
 
 
 # --- import matches transformers; export reloads in transformers ---------------------------------------
