@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import REPO, tiny_config
 
+from bertology import models
 from bertology.errors import UserError
 from bertology.train.loop import train
 
@@ -124,21 +125,44 @@ def test_init_checkpoint_starts_from_another_runs_parameters(tmp_path):
     assert second["history"][0]["loss"] < first["history"][0]["loss"]  # it starts where the first run ended
 
 
-def test_a_run_from_a_checkpoint_computes_as_its_own_config_says(tmp_path):
+def test_a_run_from_a_checkpoint_computes_as_its_own_config_says(tmp_path, capsys):
     """`init_checkpoint` gives what the network is, the run's own config how it computes
-    (`models.EXECUTION_KEYS`): remat is this run's and recorded in its config.json, and a backend
-    this machine lacks stops the run in one line (before, the checkpoint's block stood whole and
-    both were silently dropped). A fine-tuning config of the checkpoint's family does the same."""
+    (`models.EXECUTION_KEYS`): remat and the norm's backward are this run's and recorded in its
+    config.json, and a backend this machine lacks stops the run in one line (before, the
+    checkpoint's block stood whole and both were silently dropped). Fine-tuning's configs leave
+    those keys unset, so a fine-tuning run computes with the network's defaults, not as the
+    checkpoint's run did, and its command line sets them, and the dropout rates (`RECIPE_KEYS`), for
+    a checkpoint of any family: cuDNN's fix (attention dropout 0) is one the user can apply."""
+    from bertology import finetune as finetune_cli
     from bertology.train.finetune import finetune
 
-    train(tiny_config(total_steps=1), tmp_path / "first")
-    second = tiny_config(total_steps=1, init_checkpoint=str(tmp_path / "first"), **{"model.remat": "full"})
-    train(second, tmp_path / "second")
-    assert json.loads((tmp_path / "second" / "config.json").read_text())["model"]["remat"] == "full"
+    first, second = tmp_path / "first", tmp_path / "second"
+    train(tiny_config(total_steps=1, **{"model.norm_backward": "written_out"}), first)
+    train(tiny_config(total_steps=1, init_checkpoint=str(first), **{"model.remat": "full"}), second)
+    recorded = json.loads((second / "config.json").read_text())["model"]
+    assert (recorded["remat"], recorded["norm_backward"]) == ("full", "autodiff")
     with pytest.raises(UserError, match="attention_backend='cudnn'"):
-        train(tiny_config(total_steps=1, init_checkpoint=str(tmp_path / "first"), **{"model.attention_backend": "cudnn"}),
+        train(tiny_config(total_steps=1, init_checkpoint=str(first), **{"model.attention_backend": "cudnn"}),
               tmp_path / "third")
-    c = helpers.tiny("embedded", init_checkpoint=str(tmp_path / "first"), total_steps=1)
-    c.model.family, c.model.attention_backend = "bert", "cudnn"
-    with pytest.raises(UserError, match="attention_backend='cudnn'"):
-        finetune(c, tmp_path / "fine_tuned")
+
+    unset = {"model.dropout_rate": None, "model.attention_dropout_rate": None}  # as fine-tuning's configs leave them
+    finetune(helpers.tiny("embedded", init_checkpoint=str(second), total_steps=1, **unset), tmp_path / "fine_tuned")
+    tuned = json.loads((tmp_path / "fine_tuned" / "config.json").read_text())["model"]
+    assert not set(models.EXECUTION_KEYS) & set(tuned), tuned  # the network's defaults: not second's remat
+    assert {k: tuned[k] for k in models.RECIPE_KEYS} == {k: recorded[k] for k in models.RECIPE_KEYS} == dict(
+        dropout_rate=0.1, attention_dropout_rate=0.1)  # unset: the checkpoint's
+
+    def cli(*settings):
+        status = finetune_cli.main(["bertology.finetune", "--config=configs/finetune/embedded.py",
+                                    f"--workdir={tmp_path / 'cli'}", f"--config.init_checkpoint={second}",
+                                    "--config.total_steps=1", *settings])
+        return status, capsys.readouterr().err.strip().splitlines()
+
+    capsys.readouterr()
+    status, lines = cli("--config.model.attention_backend=cudnn")
+    assert status != 0 and len(lines) == 1 and "set model.attention_dropout_rate=0" in lines[0], lines
+    status, lines = cli("--config.model.attention_backend=cudnn", "--config.model.attention_dropout_rate=0")
+    assert status != 0 and lines == ["bertology.finetune: error: model.attention_backend='cudnn' needs an NVIDIA GPU "
+                                     "(this process runs on cpu); use model.attention_backend='auto' (falls back to "
+                                     "'xla') or 'xla'"]
+    assert not (tmp_path / "cli").exists()

@@ -46,6 +46,7 @@ def pretraining(sizes: dict, *, family: str, objective: str | dict, paper: bool)
         # take no attention dropout, so their recipes set attention_dropout_rate=0 (MosaicBERT's)
         attention_backend="xla",
         remat="none",
+        norm_backward="autodiff",  # autodiff | written_out: LayerNorm's backward pass (models/transformer.py)
         scan_layers=False,  # one compiled layer (nn.scan): compile time and memory of deep stacks
         share_layers="none",  # none | all | attention | ffn (ALBERT's cross-layer sharing)
         activation="gelu",  # gelu (erf) | gelu_tanh

@@ -116,17 +116,25 @@ class Family:
 # config, the rest of the block from the checkpoint: a GPU run of a CPU-trained checkpoint asks
 # for cudnn and bfloat16, and a CPU fine-tuning of a GPU run must not inherit cudnn.
 EXECUTION_KEYS = ("dtype", "attention_backend", "remat", "norm_backward")
+# The keys of a `model` block that are part of the training recipe, not of the network: a run
+# started from a checkpoint takes each from its own config where that sets it (a fine-tuning run
+# with attention dropout 0, as cuDNN's fused kernel needs), else the checkpoint's.
+RECIPE_KEYS = ("dropout_rate", "attention_dropout_rate")
 
 
-def started_block(checkpoint_block: ModelConfig, config_block: ModelConfig) -> dict[str, Any]:
-    """The `model` block of a run that starts from a checkpoint whose block is `checkpoint_block`:
-    that block, with the `EXECUTION_KEYS` that this run's `config_block` sets when it is of the
-    same family (a block of another family, such as fine-tuning's default BERT one, says nothing
-    about this network)."""
-    block, mine = dict(checkpoint_block), dict(config_block)
-    if mine.get("family") == block.get("family"):
-        block.update({k: mine[k] for k in EXECUTION_KEYS if k in mine})
-    return block
+def run_block(config_block: ModelConfig, checkpoint_block: ModelConfig | None = None) -> dict[str, Any]:
+    """The `model` block a run builds its network from. What the network is comes from the
+    checkpoint it starts from (`checkpoint_block`), else from its own config. How it computes
+    (`EXECUTION_KEYS`) always comes from its own config, never from the run that wrote the
+    checkpoint (a GPU run fine-tuned on a CPU does not inherit cuDNN): a key the config leaves
+    unset (None, as fine-tuning's configs do, since they may start from a run of any family; or
+    absent) takes the network's default (float32, xla attention, no remat, autodiff norms). The
+    recipe's dropout rates (`RECIPE_KEYS`) come from the config where it sets them, else from the
+    checkpoint."""
+    mine = dict(config_block)
+    source = mine if checkpoint_block is None else dict(checkpoint_block)
+    block = {k: v for k, v in source.items() if k not in EXECUTION_KEYS and not (k in RECIPE_KEYS and v is None)}
+    return {**block, **{k: mine[k] for k in (*EXECUTION_KEYS, *RECIPE_KEYS) if mine.get(k) is not None}}
 
 
 def family(name: str) -> Family:

@@ -59,6 +59,18 @@ from bertology.train.teacher import Teacher
 from bertology.train.trackers import logging_config
 
 
+def execution_settings() -> dict[str, Any]:
+    """How a fine-tuning run computes and regularises its network, unset: a fine-tuning config may
+    start from a run of any family, so each key is None until the command line sets it.
+    `models.EXECUTION_KEYS` (model.dtype, attention_backend, remat, norm_backward) unset take the
+    network's default (float32, xla, no remat, autodiff norms); `models.RECIPE_KEYS` (the dropout
+    rates) the checkpoint's, or the network's default (0.1) without one. On a GPU, e.g.
+    `--config.model.dtype=bfloat16 --config.model.attention_backend=cudnn
+    --config.model.attention_dropout_rate=0`."""
+    return {**{key: placeholder(str) for key in models.EXECUTION_KEYS},
+            **{key: placeholder(float) for key in models.RECIPE_KEYS}}
+
+
 def default_config(task: str) -> ml_collections.ConfigDict:
     """The recipe every configs/finetune file starts from (BERT's: AdamW, 10% warmup, linear decay)."""
     c = ml_collections.ConfigDict()
@@ -80,10 +92,11 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     c.keep_checkpoints = 2
     c.max_nonfinite_steps = 5  # NaN/inf steps in a row (each skipped, not applied) before a run stops
     c.allow_config_change = ""  # comma-separated keys a resumed run may change, e.g. total_steps,optimizer.learning_rate
-    # Used only without init_checkpoint (a checkpoint brings its own model config).
+    # The network, used only without init_checkpoint (a checkpoint brings its own); how the run computes
+    # and regularises it either way (`execution_settings`).
     c.model = ml_collections.ConfigDict(dict(
-        family="bert", vocab_size=placeholder(int), max_position_embeddings=512, dropout_rate=0.1,
-        attention_dropout_rate=0.1, **bert_preset("tiny"),
+        family="bert", vocab_size=placeholder(int), max_position_embeddings=512, **bert_preset("tiny"),
+        **execution_settings(),
     ))
     c.data = ml_collections.ConfigDict(dict(
         dir=placeholder(str),  # the task's files; None: data/<task default> under the working directory
@@ -187,7 +200,7 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
     token's (or, past the table, a clamped) embedding without a word."""
     if config.init_checkpoint:
         params, pre = load_params(config.init_checkpoint)
-        block = models.started_block(pre["model"], config.model)  # what it is; how this run computes it
+        block = models.run_block(config.model, pre["model"])  # what it is; how this run computes it
         if encoder_fine_tuning_run(pre):  # its trunk is fine-tuning's, its config.json's model block built it
             cfg, start = models.encoder_config(block), start_from_tasks(params, pre, config)
         else:
@@ -202,7 +215,8 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
                             "was trained with")
         return cfg, start, tokenizer, vocab, block["family"], block
     vocab, tokenizer = run_lib.resolve_vocab(config)
-    return models.encoder_config(config.model), None, tokenizer, str(vocab), config.model.family, config.model.to_dict()
+    block = models.run_block(config.model)
+    return models.encoder_config(block), None, tokenizer, str(vocab), block["family"], block
 
 
 def encoder_fine_tuning_run(pre: dict[str, Any]) -> bool:
@@ -347,6 +361,10 @@ def encoder_trunk(config: ml_collections.ConfigDict) -> Trunk:
     cfg, start, tokenizer, vocab, family, block = _encoder(config)
     record = models.family(family)
     config.data.vocab = vocab
+    # what is validated and what config.json records: the block this trunk is built from (a checkpoint's,
+    # not the config file's unused one), so a run started from this one (continued fine-tuning, a teacher)
+    # rebuilds it
+    config.model = ml_collections.ConfigDict(block)
     validation.check(config)
     check_fine_tunable(family)
     modes = record.task_modes
@@ -365,9 +383,6 @@ def encoder_trunk(config: ml_collections.ConfigDict) -> Trunk:
         raise UserError(f"unfreeze_every_epochs thaws the whole trunk layer by layer; mode={config.mode!r} keeps part of "
                         "it frozen throughout: set mode='full' or unfreeze_every_epochs=0")
     check_length(cfg, config.data.max_seq_length, "data.max_seq_length")
-    # what config.json records: the block this trunk is built from (a checkpoint's, not the config file's
-    # unused one), so a run started from this one (continued fine-tuning, a teacher) rebuilds it
-    config.model = ml_collections.ConfigDict(block)
     return Trunk(cfg, family, record, tokenizer, block, start)
 
 
@@ -585,12 +600,13 @@ def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, models.Famil
     objective's: EOS after BART/MASS denoising, the pad id otherwise (T5)."""
     if config.init_checkpoint:
         pretrained, pre = load_params(config.init_checkpoint)
-        model_config = ml_collections.ConfigDict(models.started_block(pre["model"], config.model))
+        model_config = ml_collections.ConfigDict(models.run_block(config.model, pre["model"]))
         data = {**pre["data"], **config.data.to_dict()}
         data["vocab"] = config.data.vocab or pre["data"].get("vocab") or str(DEFAULT_VOCAB)
         data["objective"] = pre["data"].get("objective")
     else:
-        pretrained, model_config, data = None, config.model, config.data.to_dict()
+        pretrained, data = None, config.data.to_dict()
+        model_config = ml_collections.ConfigDict(models.run_block(config.model))
         data["vocab"] = data.get("vocab") or str(DEFAULT_VOCAB)
     tokenizer = for_data(data)
     if model_config.get("vocab_size") is None:
@@ -607,6 +623,7 @@ def _seq2seq_model(config: ml_collections.ConfigDict) -> tuple[Any, models.Famil
                         f"{model_config.family}; use configs/finetune/seq2seq.py's model or a BART/T5/MASS/UniLM "
                         "checkpoint")
     start = decoder_start_id(data, model, tokenizer) if way.takes_start else None
+    config.model = model_config  # what config.json records: the block the model is built from (as `encoder_trunk`)
     return model, models.family(model_config.family), pretrained, tokenizer, str(data["vocab"]), start
 
 

@@ -60,7 +60,7 @@ def adopt_init_checkpoint(config: ml_collections.ConfigDict) -> Callable[[Any], 
             raise UserError(f"init_checkpoint {config.init_checkpoint} is a {family} model but this config pretrains "
                             f"{config.model.family}; use configs/{family}.py")
         return lambda fresh: init_from(params, fresh)
-    config.model = ml_collections.ConfigDict(models.started_block(source["model"], config.model))
+    config.model = ml_collections.ConfigDict(models.run_block(config.model, source["model"]))
 
     def start(fresh: Any) -> Any:
         check_shapes(params, fresh, where)
