@@ -126,13 +126,12 @@ def test_init_checkpoint_starts_from_another_runs_parameters(tmp_path):
 
 
 def test_a_run_from_a_checkpoint_computes_as_its_own_config_says(tmp_path, capsys):
-    """`init_checkpoint` gives what the network is, the run's own config how it computes
-    (`models.EXECUTION_KEYS`): remat and the norm's backward are this run's and recorded in its
-    config.json, and a backend this machine lacks stops the run in one line (before, the
+    """`init_checkpoint` gives what the network is, the run's own config how it computes and its
+    dropout (`models.RUN_KEYS`): remat and the norm's backward are this run's and recorded in its
+    config.json, and a backend this machine lacks stops the run in one line (before 7038a7b, the
     checkpoint's block stood whole and both were silently dropped). Fine-tuning's configs leave
-    those keys unset, so a fine-tuning run computes with the network's defaults, not as the
-    checkpoint's run did, and its command line sets them, and the dropout rates (`RECIPE_KEYS`), for
-    a checkpoint of any family: cuDNN's fix (attention dropout 0) is one the user can apply."""
+    those keys unset (the checkpoint's values) and take them from the command line, whatever the
+    checkpoint's family: cuDNN's fix (attention dropout 0) is one a fine-tuning run can apply."""
     from bertology import finetune as finetune_cli
     from bertology.train.finetune import finetune
 
@@ -145,12 +144,16 @@ def test_a_run_from_a_checkpoint_computes_as_its_own_config_says(tmp_path, capsy
         train(tiny_config(total_steps=1, init_checkpoint=str(first), **{"model.attention_backend": "cudnn"}),
               tmp_path / "third")
 
-    unset = {"model.dropout_rate": None, "model.attention_dropout_rate": None}  # as fine-tuning's configs leave them
-    finetune(helpers.tiny("embedded", init_checkpoint=str(second), total_steps=1, **unset), tmp_path / "fine_tuned")
-    tuned = json.loads((tmp_path / "fine_tuned" / "config.json").read_text())["model"]
-    assert not set(models.EXECUTION_KEYS) & set(tuned), tuned  # the network's defaults: not second's remat
-    assert {k: tuned[k] for k in models.RECIPE_KEYS} == {k: recorded[k] for k in models.RECIPE_KEYS} == dict(
-        dropout_rate=0.1, attention_dropout_rate=0.1)  # unset: the checkpoint's
+    def fine_tuned(name, **settings):
+        unset = {f"model.{k}": None for k in models.RUN_KEYS}  # as fine-tuning's configs leave them
+        finetune(helpers.tiny("embedded", init_checkpoint=str(second), total_steps=1, **{**unset, **settings}),
+                 tmp_path / name)
+        block = json.loads((tmp_path / name / "config.json").read_text())["model"]
+        return {k: block[k] for k in models.RUN_KEYS}
+
+    assert fine_tuned("unset") == {k: recorded[k] for k in models.RUN_KEYS}
+    assert fine_tuned("set", **{"model.remat": "none", "model.attention_dropout_rate": 0.0}) == {
+        **{k: recorded[k] for k in models.RUN_KEYS}, "remat": "none", "attention_dropout_rate": 0.0}
 
     def cli(*settings):
         status = finetune_cli.main(["bertology.finetune", "--config=configs/finetune/embedded.py",

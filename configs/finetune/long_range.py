@@ -56,7 +56,7 @@ import ml_collections
 import bertology
 from bertology.errors import UserError
 from bertology.tasks.long_range import DEFAULTS
-from bertology.train.finetune import default_config, execution_settings
+from bertology.train.finetune import default_config, run_settings
 
 MODELS = ("roberta", "longformer", "bigbird", "modernbert", "reformer")
 PRESETS = ("roberta_short", "modernbert_short", "reformer_short", "roberta_512", "longformer_4096", "bigbird_4096",
@@ -112,7 +112,7 @@ def get_config(preset: str = "longformer_4096") -> ml_collections.ConfigDict:
     c = default_config("long_range")
     c.data.update(DEFAULTS)
     c.data.vocab = str(BPE_VOCAB)
-    c.model = ml_collections.ConfigDict({**execution_settings(), **model_block(name, c.model.vocab_size).to_dict()})
+    c.model = ml_collections.ConfigDict({**run_settings(), **model_block(name, c.model.vocab_size).to_dict()})
     c.batch_size, c.eval_batch_size = 8, 8
     c.log_every = 25
     if length == "short":  # stage 1, from scratch: 500 steps of 8

@@ -111,30 +111,22 @@ class Family:
         return self.build(model_config) if self.build is not None else self.model(self.trunk_config(model_config))
 
 
-# The keys of a `model` block that say how a run computes, not what the network is: no parameter
-# depends on them. A run started from a checkpoint (`init_checkpoint`) takes them from its own
-# config, the rest of the block from the checkpoint: a GPU run of a CPU-trained checkpoint asks
-# for cudnn and bfloat16, and a CPU fine-tuning of a GPU run must not inherit cudnn.
-EXECUTION_KEYS = ("dtype", "attention_backend", "remat", "norm_backward")
-# The keys of a `model` block that are part of the training recipe, not of the network: a run
-# started from a checkpoint takes each from its own config where that sets it (a fine-tuning run
-# with attention dropout 0, as cuDNN's fused kernel needs), else the checkpoint's.
-RECIPE_KEYS = ("dropout_rate", "attention_dropout_rate")
+# The keys of a `model` block that no parameter depends on: how a run computes its network (a GPU
+# run of a CPU-trained checkpoint asks for cudnn and bfloat16) and the recipe's dropout rates (a
+# fine-tuning run with attention dropout 0, as cuDNN's fused kernel needs). `run_block` says whose
+# value a run started from a checkpoint takes.
+RUN_KEYS = ("dtype", "attention_backend", "remat", "norm_backward", "dropout_rate", "attention_dropout_rate")
 
 
 def run_block(config_block: ModelConfig, checkpoint_block: ModelConfig | None = None) -> dict[str, Any]:
-    """The `model` block a run builds its network from. What the network is comes from the
-    checkpoint it starts from (`checkpoint_block`), else from its own config. How it computes
-    (`EXECUTION_KEYS`) always comes from its own config, never from the run that wrote the
-    checkpoint (a GPU run fine-tuned on a CPU does not inherit cuDNN): a key the config leaves
-    unset (None, as fine-tuning's configs do, since they may start from a run of any family; or
-    absent) takes the network's default (float32, xla attention, no remat, autodiff norms). The
-    recipe's dropout rates (`RECIPE_KEYS`) come from the config where it sets them, else from the
-    checkpoint."""
+    """The `model` block a run builds its network from: the checkpoint's it starts from
+    (`checkpoint_block`), else its config's, with each of `RUN_KEYS` that the config sets (not None;
+    fine-tuning's configs leave them unset, since they may start from a run of any family). A key
+    left unset keeps the checkpoint's value, or without a checkpoint the network's default."""
     mine = dict(config_block)
     source = mine if checkpoint_block is None else dict(checkpoint_block)
-    block = {k: v for k, v in source.items() if k not in EXECUTION_KEYS and not (k in RECIPE_KEYS and v is None)}
-    return {**block, **{k: mine[k] for k in (*EXECUTION_KEYS, *RECIPE_KEYS) if mine.get(k) is not None}}
+    block = {k: v for k, v in source.items() if v is not None or k not in RUN_KEYS}
+    return {**block, **{k: mine[k] for k in RUN_KEYS if mine.get(k) is not None}}
 
 
 def family(name: str) -> Family:

@@ -59,16 +59,14 @@ from bertology.train.teacher import Teacher
 from bertology.train.trackers import logging_config
 
 
-def execution_settings() -> dict[str, Any]:
-    """How a fine-tuning run computes and regularises its network, unset: a fine-tuning config may
-    start from a run of any family, so each key is None until the command line sets it.
-    `models.EXECUTION_KEYS` (model.dtype, attention_backend, remat, norm_backward) unset take the
-    network's default (float32, xla, no remat, autodiff norms); `models.RECIPE_KEYS` (the dropout
-    rates) the checkpoint's, or the network's default (0.1) without one. On a GPU, e.g.
-    `--config.model.dtype=bfloat16 --config.model.attention_backend=cudnn
+def run_settings() -> dict[str, Any]:
+    """The `model` keys of how a fine-tuning run computes and regularises its network
+    (`models.RUN_KEYS`: model.dtype, attention_backend, remat, norm_backward and the dropout
+    rates), unset: a fine-tuning config may start from a run of any family, so each keeps the
+    checkpoint's value (without one, the network's default) unless the command line sets it, e.g.
+    on a GPU `--config.model.dtype=bfloat16 --config.model.attention_backend=cudnn
     --config.model.attention_dropout_rate=0`."""
-    return {**{key: placeholder(str) for key in models.EXECUTION_KEYS},
-            **{key: placeholder(float) for key in models.RECIPE_KEYS}}
+    return {key: placeholder(float if key.endswith("dropout_rate") else str) for key in models.RUN_KEYS}
 
 
 def default_config(task: str) -> ml_collections.ConfigDict:
@@ -93,10 +91,10 @@ def default_config(task: str) -> ml_collections.ConfigDict:
     c.max_nonfinite_steps = 5  # NaN/inf steps in a row (each skipped, not applied) before a run stops
     c.allow_config_change = ""  # comma-separated keys a resumed run may change, e.g. total_steps,optimizer.learning_rate
     # The network, used only without init_checkpoint (a checkpoint brings its own); how the run computes
-    # and regularises it either way (`execution_settings`).
+    # and regularises it, either way (`run_settings`).
     c.model = ml_collections.ConfigDict(dict(
         family="bert", vocab_size=placeholder(int), max_position_embeddings=512, **bert_preset("tiny"),
-        **execution_settings(),
+        **run_settings(),
     ))
     c.data = ml_collections.ConfigDict(dict(
         dir=placeholder(str),  # the task's files; None: data/<task default> under the working directory
@@ -216,7 +214,11 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
         return cfg, start, tokenizer, vocab, block["family"], block
     vocab, tokenizer = run_lib.resolve_vocab(config)
     block = models.run_block(config.model)
-    return models.encoder_config(block), None, tokenizer, str(vocab), block["family"], block
+    cfg = models.encoder_config(block)
+    # what config.json records: the unset settings as the network resolved them (the dropout rates were
+    # always recorded; a run resumed across this version would otherwise see them vanish as drift)
+    block.update({k: getattr(cfg, k) for k in models.RUN_KEYS if k not in block and hasattr(cfg, k)})
+    return cfg, None, tokenizer, str(vocab), block["family"], block
 
 
 def encoder_fine_tuning_run(pre: dict[str, Any]) -> bool:

@@ -43,8 +43,8 @@ def adopt_init_checkpoint(config: ml_collections.ConfigDict) -> Callable[[Any], 
     take its vocab unless set, and return `start(fresh params) -> params` for a new run (a run
     that already has checkpoints in its workdir resumes from those instead).
 
-    A checkpoint of this config's family gives its model block (but for `models.EXECUTION_KEYS`,
-    which this config's block sets: how the run computes) and all its parameters. One of another
+    A checkpoint of this config's family gives its model block (but for `models.RUN_KEYS`, which
+    this config's block sets: how the run computes, its dropout) and all its parameters. One of another
     family is taken only where this family states how (`init_from(params, fresh)` in its module:
     UniLM and bert2bert start from BERT); the config's own model block then stands."""
     if not config.get("init_checkpoint"):
