@@ -7,6 +7,9 @@ head counts;
 the dispatch rule (`attention.choose`) per platform; and a packed row giving each document what
 it gets alone."""
 
+import json
+
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -336,3 +339,32 @@ def test_a_tiny_model_trains_to_the_same_losses_on_splash_as_on_xla(recipe, tmp_
         runs[backend] = np.array([row["loss"] for row in out["history"]])
     assert len(runs["xla"]) == 4
     np.testing.assert_allclose(runs["splash"], runs["xla"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["splash", "cudnn"])
+def test_fine_tuning_from_a_checkpoint_runs_the_kernel_its_config_asks_for(backend, pretrained, tmp_path):
+    """Fine-tuning takes the attention kernel and the dropout rates from its own config over the
+    checkpoint's (`models.RUN_KEYS`): with the checkpoint's attention dropout (0.1) the fused kernel
+    is refused in one line; at 0, every step's loss is xla's (dropout off: float32 within 1e-4 on
+    splash in interpret mode; bfloat16 within 2e-2 on cuDNN, a GPU-only case)."""
+    from bertology.train.finetune import finetune
+
+    if backend == "cudnn" and jax.default_backend() != "gpu":
+        pytest.skip("cuDNN attention needs an NVIDIA GPU")
+    dtype, tolerance = ("bfloat16", 2e-2) if backend == "cudnn" else ("float32", 1e-4)
+
+    def fine_tune(kernel, attention_dropout):
+        c = helpers.tiny("embedded", init_checkpoint=str(pretrained), total_steps=3, eval_every=0, **{
+            "model.attention_backend": kernel, "model.dtype": dtype, "model.dropout_rate": 0.0,
+            "model.attention_dropout_rate": attention_dropout})
+        finetune(c, tmp_path / kernel)
+        rows = [json.loads(line) for line in (tmp_path / kernel / "metrics.jsonl").read_text().splitlines()]
+        return np.array([r["loss"] for r in rows if "loss" in r])
+
+    with pytest.raises(UserError, match=f"attention_backend='{backend}' cannot drop attention probabilities"):
+        fine_tune(backend, None)  # unset: the checkpoint's 0.1
+    assert not (tmp_path / backend).exists()  # refused before anything was written
+    fused, xla = (fine_tune(kernel, 0.0) for kernel in (backend, "xla"))
+    assert len(xla) == 3 and json.loads((tmp_path / backend / "config.json").read_text())["model"]["attention_backend"] == backend
+    np.testing.assert_allclose(fused, xla, rtol=tolerance, atol=tolerance)
