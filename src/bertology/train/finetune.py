@@ -217,7 +217,8 @@ def _encoder(config: ml_collections.ConfigDict) -> tuple[Any, dict[str, Any] | N
     cfg = models.encoder_config(block)
     # what config.json records: the unset settings as the network resolved them (the dropout rates were
     # always recorded; a run resumed across this version would otherwise see them vanish as drift)
-    block.update({k: getattr(cfg, k) for k in models.RUN_KEYS if k not in block and hasattr(cfg, k)})
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    block.update({k: getattr(cfg, k) for k in models.RUN_KEYS if k not in block and k in fields})
     return cfg, None, tokenizer, str(vocab), block["family"], block
 
 
