@@ -71,7 +71,8 @@ def _one_of(*names: str) -> tuple[str, Callable[[Any], bool]]:
 
 
 # (key, (requirement, test), what the key means: the fix names it). None passes for the keys in
-# _UNSET_ALLOWED, where it means "derive it" (fine-tuning's steps from epochs, warmup from a fraction).
+# _UNSET_ALLOWED, where it means "derive it" (fine-tuning's steps from epochs, warmup from a fraction,
+# dropout from the checkpoint).
 RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("total_steps", _integer(1), "the number of optimizer steps"),
     ("epochs", _integer(1), "passes over the training set"),
@@ -148,7 +149,8 @@ RULES: tuple[tuple[str, tuple[str, Callable[[Any], bool]], str], ...] = (
     ("pals.shared_projections", _boolean(), "one down and up projection per task (the paper's PALs) or per layer"),
 )
 _UNSET_ALLOWED = ("total_steps", "optimizer.warmup_steps", "optimizer.schedule_steps", "eval.mem_len",
-                  "eval.clamp_len", "eval.same_length", "data.max_skipped_fraction")
+                  "eval.clamp_len", "eval.same_length", "data.max_skipped_fraction",
+                  "model.dropout_rate", "model.attention_dropout_rate")  # fine-tuning's: the checkpoint's
 
 
 def get(config: ml_collections.ConfigDict, key: str) -> Any:

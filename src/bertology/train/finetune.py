@@ -364,10 +364,6 @@ def encoder_trunk(config: ml_collections.ConfigDict) -> Trunk:
     cfg, start, tokenizer, vocab, family, block = _encoder(config)
     record = models.family(family)
     config.data.vocab = vocab
-    # what is validated and what config.json records: the block this trunk is built from (a checkpoint's,
-    # not the config file's unused one), so a run started from this one (continued fine-tuning, a teacher)
-    # rebuilds it
-    config.model = ml_collections.ConfigDict(block)
     validation.check(config)
     check_fine_tunable(family)
     modes = record.task_modes
@@ -386,6 +382,9 @@ def encoder_trunk(config: ml_collections.ConfigDict) -> Trunk:
         raise UserError(f"unfreeze_every_epochs thaws the whole trunk layer by layer; mode={config.mode!r} keeps part of "
                         "it frozen throughout: set mode='full' or unfreeze_every_epochs=0")
     check_length(cfg, config.data.max_seq_length, "data.max_seq_length")
+    # what config.json records: the block this trunk is built from (a checkpoint's, not the config file's
+    # unused one), so a run started from this one (continued fine-tuning, a teacher) rebuilds it
+    config.model = ml_collections.ConfigDict(block)
     return Trunk(cfg, family, record, tokenizer, block, start)
 
 
