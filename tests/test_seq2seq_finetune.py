@@ -209,3 +209,29 @@ def test_a_t5_run_fine_tunes_a_classifier_on_its_encoder(tmp_path):
     pretrained = flatten_dict(load_params(tmp_path / "pre")[0]["encoder"])
     assert set(flatten_dict(result["params"]["encoder"])) == set(pretrained)
     assert pretrained[("embeddings", "token", "embedding")].shape[0] == 8100
+
+
+@pytest.mark.slow
+def test_a_run_fine_tuned_from_a_checkpoint_records_the_model_it_built_so_it_generates(tmp_path):
+    """A seq2seq fine-tuning run's config.json holds the block its model was built from: the
+    checkpoint's, vocabulary size included. Before, it held the config file's unused block
+    (vocab_size None), and `bertology.generate` on the run stopped with a traceback."""
+    from bertology.generation import generate_text
+    from bertology.train.checkpoint import load_params
+    from bertology.train.loop import train
+
+    pre = helpers.config("bart", "tiny")
+    pre.update(total_steps=1, checkpoint_every=1, eval_every=0, batch_size=4)
+    pre.mesh.shape = (1, 1)
+    train(pre, tmp_path / "pretrained")
+    config = helpers.config("finetune/seq2seq", "embedded")
+    config.update(init_checkpoint=str(tmp_path / "pretrained"), total_steps=1, batch_size=4, eval_examples=2,
+                  eval_batch_size=2)
+    config.mesh.shape = (1, 1)
+    config.generation.max_new_tokens = 3
+    finetune(config, tmp_path / "run")
+    recorded, pretrained = (load_params(tmp_path / run)[1]["model"] for run in ("run", "pretrained"))
+    assert recorded["vocab_size"] == pretrained["vocab_size"] > 0
+    assert {k: v for k, v in recorded.items() if k not in models.RUN_KEYS} == {
+        k: v for k, v in pretrained.items() if k not in models.RUN_KEYS}
+    assert len(generate_text(tmp_path / "run", ["Return the sum of a and b."], sources=True, max_new_tokens=3)) == 1
